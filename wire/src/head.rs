@@ -1,0 +1,382 @@
+//! Request and response heads: parsed once with `httparse`, kept as byte ranges into the head bytes.
+
+use std::ops::Range;
+
+/// Most headers a head may carry; a head with more is refused (431-style, reported as `TooManyHeaders`).
+pub const MAX_HEADERS: usize = 96;
+
+/// Why a head could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// The bytes are not an HTTP/1.x head.
+    #[error("malformed HTTP head: {0}")]
+    Malformed(String),
+    /// More than [`MAX_HEADERS`] header lines.
+    #[error("too many header lines")]
+    TooManyHeaders,
+    /// Content-Length is not a number, appears twice with different values, or sits beside chunked.
+    #[error("invalid body framing: {0}")]
+    Framing(&'static str),
+    /// A Transfer-Encoding other than `chunked`.
+    #[error("unsupported transfer-encoding")]
+    UnsupportedTransferEncoding,
+}
+
+/// The request methods the gateway distinguishes; anything else is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET
+    Get,
+    /// HEAD
+    Head,
+    /// POST
+    Post,
+    /// Any other token (PUT, DELETE, OPTIONS, ...).
+    Other,
+}
+
+/// How a message body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// Exactly this many bytes follow the head.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// The body runs until the peer closes (responses only).
+    UntilClose,
+}
+
+/// A parsed request head. Header names and values are ranges into [`RequestHead::bytes`].
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    /// The head bytes, request line through the blank line.
+    pub bytes: Vec<u8>,
+    /// The method.
+    pub method: Method,
+    /// The request target (path and query) as a range into `bytes`.
+    pub target: Range<usize>,
+    /// Minor HTTP version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    /// Header lines as (name, value) ranges into `bytes`, in wire order.
+    pub headers: Vec<(Range<usize>, Range<usize>)>,
+    /// Body framing; `Length(0)` when the request has no body.
+    pub framing: BodyFraming,
+    /// The client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// The connection must close after this exchange (`Connection: close`, or HTTP/1.0 without keep-alive).
+    pub close: bool,
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    /// The head bytes, status line through the blank line.
+    pub bytes: Vec<u8>,
+    /// Status code.
+    pub status: u16,
+    /// Minor HTTP version.
+    pub minor_version: u8,
+    /// Header lines as (name, value) ranges into `bytes`, in wire order.
+    pub headers: Vec<(Range<usize>, Range<usize>)>,
+    /// Body framing.
+    pub framing: BodyFraming,
+    /// The connection cannot be reused after this response.
+    pub close: bool,
+}
+
+fn offset(base: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - base.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// Facts about framing and connection reuse gathered from header lines.
+#[derive(Default)]
+struct HeaderFacts {
+    content_length: Option<u64>,
+    chunked: bool,
+    close: bool,
+    keep_alive: bool,
+    expect_continue: bool,
+}
+
+fn collect_facts(raw: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError> {
+    let mut facts = HeaderFacts::default();
+    for h in raw {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(h.value)
+                .map_err(|_| HeadError::Framing("content-length is not ASCII"))?;
+            let value: u64 = text
+                .trim()
+                .parse()
+                .map_err(|_| HeadError::Framing("content-length is not a number"))?;
+            if facts.content_length.is_some_and(|v| v != value) {
+                return Err(HeadError::Framing("conflicting content-length headers"));
+            }
+            facts.content_length = Some(value);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            let mut codings = h
+                .value
+                .split(|b| *b == b',')
+                .map(|c| c.trim_ascii())
+                .filter(|c| !c.is_empty());
+            match (codings.next(), codings.next()) {
+                (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => facts.chunked = true,
+                (Some(c), None) if c.eq_ignore_ascii_case(b"identity") => {}
+                _ => return Err(HeadError::UnsupportedTransferEncoding),
+            }
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|b| *b == b',').map(|t| t.trim_ascii()) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    facts.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    facts.keep_alive = true;
+                }
+            }
+        } else if h.name.eq_ignore_ascii_case("expect") {
+            facts.expect_continue = h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue");
+        }
+    }
+    if facts.chunked && facts.content_length.is_some() {
+        return Err(HeadError::Framing("both content-length and chunked"));
+    }
+    Ok(facts)
+}
+
+impl RequestHead {
+    /// Parses a request head from the start of `buf`. Returns `Ok(None)` while the head is incomplete,
+    /// else the head and how many bytes of `buf` it used.
+    pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
+        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut raw);
+        let len = match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+            Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        };
+        let bytes = &buf[..len];
+        let method = match req.method.unwrap_or("") {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            _ => Method::Other,
+        };
+        let target = offset(bytes, req.path.unwrap_or("").as_bytes());
+        let minor_version = req.version.unwrap_or(1);
+        let facts = collect_facts(req.headers)?;
+        let headers = req
+            .headers
+            .iter()
+            .map(|h| (offset(bytes, h.name.as_bytes()), offset(bytes, h.value)))
+            .collect();
+        let framing = if facts.chunked {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::Length(facts.content_length.unwrap_or(0))
+        };
+        let close = facts.close || (minor_version == 0 && !facts.keep_alive);
+        let head = RequestHead {
+            bytes: bytes.to_vec(),
+            method,
+            target,
+            minor_version,
+            headers,
+            framing,
+            expect_continue: facts.expect_continue && minor_version == 1,
+            close,
+        };
+        Ok(Some((head, len)))
+    }
+
+    /// The request target (path and query).
+    pub fn target(&self) -> &[u8] {
+        &self.bytes[self.target.clone()]
+    }
+
+    /// The path without the query string.
+    pub fn path(&self) -> &[u8] {
+        let t = self.target();
+        match t.iter().position(|b| *b == b'?') {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        header_in(&self.bytes, &self.headers, name)
+    }
+
+    /// Iterates header lines as (name, value) byte slices.
+    pub fn header_lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (&self.bytes[n.clone()], &self.bytes[v.clone()]))
+    }
+}
+
+impl ResponseHead {
+    /// Parses a response head to a request made with `method`. Returns `Ok(None)` while incomplete.
+    /// Interim 1xx heads are returned like any other; callers skip them.
+    pub fn parse(buf: &[u8], method: Method) -> Result<Option<(ResponseHead, usize)>, HeadError> {
+        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut raw);
+        let len = match res.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+            Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        };
+        let bytes = &buf[..len];
+        let status = res.code.unwrap_or(0);
+        let minor_version = res.version.unwrap_or(1);
+        let facts = collect_facts(res.headers)?;
+        let headers = res
+            .headers
+            .iter()
+            .map(|h| (offset(bytes, h.name.as_bytes()), offset(bytes, h.value)))
+            .collect();
+        let bodyless = method == Method::Head || status < 200 || status == 204 || status == 304;
+        let framing = if bodyless {
+            BodyFraming::Length(0)
+        } else if facts.chunked {
+            BodyFraming::Chunked
+        } else if let Some(n) = facts.content_length {
+            BodyFraming::Length(n)
+        } else {
+            BodyFraming::UntilClose
+        };
+        let close = facts.close
+            || (minor_version == 0 && !facts.keep_alive)
+            || framing == BodyFraming::UntilClose;
+        let head = ResponseHead {
+            bytes: bytes.to_vec(),
+            status,
+            minor_version,
+            headers,
+            framing,
+            close,
+        };
+        Ok(Some((head, len)))
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        header_in(&self.bytes, &self.headers, name)
+    }
+
+    /// Iterates header lines as (name, value) byte slices.
+    pub fn header_lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (&self.bytes[n.clone()], &self.bytes[v.clone()]))
+    }
+
+    /// The reason phrase sent on the status line (may be empty).
+    pub fn reason(&self) -> &[u8] {
+        let line_end = self
+            .bytes
+            .iter()
+            .position(|b| *b == b'\r' || *b == b'\n')
+            .unwrap_or(self.bytes.len());
+        let line = &self.bytes[..line_end];
+        // "HTTP/1.1 200 OK": the reason starts after the second space.
+        let mut spaces = line.iter().enumerate().filter(|(_, b)| **b == b' ');
+        match (spaces.next(), spaces.next()) {
+            (Some(_), Some((i, _))) => &line[i + 1..],
+            _ => b"",
+        }
+    }
+}
+
+fn header_in<'a>(
+    bytes: &'a [u8],
+    headers: &[(Range<usize>, Range<usize>)],
+    name: &str,
+) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| bytes[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, v)| &bytes[v.clone()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_head_asks_for_more() {
+        assert!(RequestHead::parse(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn request_framing_and_flags() {
+        let raw = b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{\"model\":1}";
+        let (head, used) = RequestHead::parse(raw).unwrap().unwrap();
+        assert_eq!(used, raw.len() - 11);
+        assert_eq!(head.method, Method::Post);
+        assert_eq!(head.path(), b"/v1/chat/completions");
+        assert_eq!(head.target(), b"/v1/chat/completions?x=1");
+        assert_eq!(head.framing, BodyFraming::Length(12));
+        assert!(head.expect_continue);
+        assert!(head.close);
+        assert_eq!(head.header("HOST"), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn http10_closes_unless_keep_alive() {
+        let (h, _) = RequestHead::parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(h.close);
+        let (h, _) = RequestHead::parse(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.close);
+    }
+
+    #[test]
+    fn conflicting_framing_is_refused() {
+        let raw = b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(matches!(
+            RequestHead::parse(raw),
+            Err(HeadError::Framing(_))
+        ));
+        let raw = b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n";
+        assert!(matches!(
+            RequestHead::parse(raw),
+            Err(HeadError::Framing(_))
+        ));
+        let raw = b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(
+            RequestHead::parse(raw).unwrap_err(),
+            HeadError::UnsupportedTransferEncoding
+        );
+        let raw = b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n";
+        assert!(RequestHead::parse(raw).is_err());
+    }
+
+    #[test]
+    fn response_framing() {
+        let (h, _) = ResponseHead::parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", Method::Post)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        assert!(!h.close);
+        assert_eq!(h.reason(), b"OK");
+        let (h, _) = ResponseHead::parse(b"HTTP/1.1 200 OK\r\n\r\n", Method::Post)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::UntilClose);
+        assert!(h.close);
+        let (h, _) = ResponseHead::parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", Method::Head)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, BodyFraming::Length(0));
+        let (h, _) = ResponseHead::parse(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\n", Method::Post)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.status, 503);
+        assert_eq!(h.reason(), b"Service Unavailable");
+    }
+}

@@ -1,0 +1,414 @@
+//! Finds the top-level `"model"` member of a JSON request body without parsing the rest, and
+//! splices a new model name in by rewriting only those bytes.
+
+use std::ops::Range;
+
+/// Where the body names its model, or where a name can be inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelField {
+    /// `"model": "<name>"`; `value` spans the string literal including its quotes.
+    Present {
+        /// The unescaped model name.
+        name: String,
+        /// Byte range of the string literal, quotes included.
+        value: Range<usize>,
+    },
+    /// No top-level `model` member.
+    Absent {
+        /// Offset just after the opening `{`.
+        insert_at: usize,
+        /// The object has no members at all.
+        empty_object: bool,
+    },
+}
+
+/// Why the body could not be read far enough to find `model`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelFieldError {
+    /// The body is not a JSON object (syntax error at this byte offset).
+    #[error("request body is not a valid JSON object (at byte {0})")]
+    NotJsonObject(usize),
+    /// `model` is present but not a string.
+    #[error("`model` must be a string")]
+    NotAString,
+}
+
+struct Scanner<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Scanner<'_> {
+    fn fail<T>(&self) -> Result<T, ModelFieldError> {
+        Err(ModelFieldError::NotJsonObject(self.pos))
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.buf.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), ModelFieldError> {
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            self.fail()
+        }
+    }
+
+    /// Reads a string literal at `pos` (which must be `"`), decoding it when `decode` is set.
+    fn string(&mut self, decode: bool) -> Result<String, ModelFieldError> {
+        self.expect(b'"')?;
+        let mut out = String::new();
+        let mut run_start = self.pos;
+        loop {
+            let Some(b) = self.peek() else {
+                return self.fail();
+            };
+            match b {
+                b'"' => {
+                    if decode {
+                        out.push_str(self.utf8(run_start, self.pos)?);
+                    }
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                b'\\' => {
+                    if decode {
+                        out.push_str(self.utf8(run_start, self.pos)?);
+                    }
+                    self.pos += 1;
+                    let esc = self.peek().map_or_else(|| self.fail(), Ok)?;
+                    self.pos += 1;
+                    let ch = match esc {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => self.unicode_escape()?,
+                        _ => return self.fail(),
+                    };
+                    if decode {
+                        out.push(ch);
+                    }
+                    run_start = self.pos;
+                }
+                0x00..=0x1f => return self.fail(),
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    fn utf8(&self, start: usize, end: usize) -> Result<&str, ModelFieldError> {
+        std::str::from_utf8(&self.buf[start..end]).map_err(|_| ModelFieldError::NotJsonObject(start))
+    }
+
+    fn hex4(&mut self) -> Result<u32, ModelFieldError> {
+        let digits = self.buf.get(self.pos..self.pos + 4).map_or_else(|| self.fail(), Ok)?;
+        let text = std::str::from_utf8(digits).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
+        let v = u32::from_str_radix(text, 16).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
+        self.pos += 4;
+        Ok(v)
+    }
+
+    fn unicode_escape(&mut self) -> Result<char, ModelFieldError> {
+        let first = self.hex4()?;
+        let code = if (0xD800..0xDC00).contains(&first) {
+            if self.buf.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                return Ok('\u{FFFD}');
+            }
+            self.pos += 2;
+            let second = self.hex4()?;
+            if !(0xDC00..0xE000).contains(&second) {
+                return Ok('\u{FFFD}');
+            }
+            0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+        } else {
+            first
+        };
+        Ok(char::from_u32(code).unwrap_or('\u{FFFD}'))
+    }
+
+    /// Skips one JSON value of any kind. Nested containers are skipped by bracket depth with
+    /// strings respected; their inner grammar is left to the engine.
+    fn skip_value(&mut self) -> Result<(), ModelFieldError> {
+        match self.peek() {
+            Some(b'"') => self.string(false).map(|_| ()),
+            Some(b'{' | b'[') => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek() {
+                        None => return self.fail(),
+                        Some(b'"') => {
+                            self.string(false)?;
+                        }
+                        Some(b'{' | b'[') => {
+                            depth += 1;
+                            self.pos += 1;
+                        }
+                        Some(b'}' | b']') => {
+                            depth -= 1;
+                            self.pos += 1;
+                            if depth == 0 {
+                                return Ok(());
+                            }
+                        }
+                        Some(_) => self.pos += 1,
+                    }
+                }
+            }
+            Some(b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
+                let start = self.pos;
+                while let Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E') = self.peek() {
+                    self.pos += 1;
+                }
+                match &self.buf[start..self.pos] {
+                    b"true" | b"false" | b"null" => Ok(()),
+                    t if t[0] == b'-' || t[0].is_ascii_digit() => {
+                        if t.iter().all(|b| b"-+.0123456789eE".contains(b)) {
+                            Ok(())
+                        } else {
+                            self.pos = start;
+                            self.fail()
+                        }
+                    }
+                    _ => {
+                        self.pos = start;
+                        self.fail()
+                    }
+                }
+            }
+            _ => self.fail(),
+        }
+    }
+}
+
+/// Finds the top-level `model` member of `body`. With duplicate keys the last one wins, as in
+/// Python's `json` module that vLLM uses, so the gateway routes on the name the engine will read.
+pub fn find_model(body: &[u8]) -> Result<ModelField, ModelFieldError> {
+    let mut s = Scanner { buf: body, pos: 0 };
+    s.skip_ws();
+    s.expect(b'{')?;
+    let insert_at = s.pos;
+    let mut found: Option<ModelField> = None;
+    let mut members = 0usize;
+    let mut model_not_string = false;
+    s.skip_ws();
+    if s.peek() == Some(b'}') {
+        s.pos += 1;
+    } else {
+        loop {
+            s.skip_ws();
+            let key = s.string(true)?;
+            s.skip_ws();
+            s.expect(b':')?;
+            s.skip_ws();
+            members += 1;
+            if key == "model" {
+                if s.peek() == Some(b'"') {
+                    let start = s.pos;
+                    let name = s.string(true)?;
+                    found = Some(ModelField::Present {
+                        name,
+                        value: start..s.pos,
+                    });
+                    model_not_string = false;
+                } else {
+                    s.skip_value()?;
+                    found = None;
+                    model_not_string = true;
+                }
+            } else {
+                s.skip_value()?;
+            }
+            s.skip_ws();
+            match s.peek() {
+                Some(b',') => s.pos += 1,
+                Some(b'}') => {
+                    s.pos += 1;
+                    break;
+                }
+                _ => return s.fail(),
+            }
+        }
+    }
+    s.skip_ws();
+    if s.pos != body.len() {
+        return s.fail();
+    }
+    if model_not_string {
+        return Err(ModelFieldError::NotAString);
+    }
+    Ok(found.unwrap_or(ModelField::Absent {
+        insert_at,
+        empty_object: members == 0,
+    }))
+}
+
+/// Appends `text` as a JSON string literal (quoted and escaped).
+pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if (c as u32) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+            c => {
+                let mut tmp = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// Returns `body` with its model set to `name`: only the model's string literal is replaced, or
+/// `"model":"<name>"` is inserted as the first member. Every other byte is kept.
+pub fn splice_model(body: &[u8], field: &ModelField, name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + name.len() + 16);
+    match field {
+        ModelField::Present { value, .. } => {
+            out.extend_from_slice(&body[..value.start]);
+            push_json_string(&mut out, name);
+            out.extend_from_slice(&body[value.end..]);
+        }
+        ModelField::Absent {
+            insert_at,
+            empty_object,
+        } => {
+            out.extend_from_slice(&body[..*insert_at]);
+            out.extend_from_slice(b"\"model\":");
+            push_json_string(&mut out, name);
+            if !empty_object {
+                out.push(b',');
+            }
+            out.extend_from_slice(&body[*insert_at..]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn finds_model_and_splices_alias() {
+        let body = br#"{"messages":[{"role":"user","content":"{\"model\":\"x\"}"}], "model" : "llama", "n":1}"#;
+        let field = find_model(body).unwrap();
+        let ModelField::Present { name, .. } = &field else {
+            panic!("expected model")
+        };
+        assert_eq!(name, "llama");
+        let out = splice_model(body, &field, "meta/Llama-3");
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"messages":[{"role":"user","content":"{\"model\":\"x\"}"}], "model" : "meta/Llama-3", "n":1}"#
+        );
+    }
+
+    #[test]
+    fn inserts_missing_model() {
+        for (body, want) in [
+            (&br#"{"prompt":"hi"}"#[..], r#"{"model":"m","prompt":"hi"}"#),
+            (&b" { } "[..], r#" {"model":"m" } "#),
+        ] {
+            let field = find_model(body).unwrap();
+            assert!(matches!(field, ModelField::Absent { .. }));
+            let out = splice_model(body, &field, "m");
+            assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["model"], "m");
+        }
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(find_model(br#"{"model": 3}"#), Err(ModelFieldError::NotAString));
+        assert!(matches!(find_model(br#"{"model": "#), Err(ModelFieldError::NotJsonObject(_))));
+        assert!(matches!(find_model(br#"[1]"#), Err(ModelFieldError::NotJsonObject(0))));
+        assert!(matches!(find_model(br#"{"a":1} x"#), Err(ModelFieldError::NotJsonObject(_))));
+        assert!(matches!(find_model(br#"{"a":tru}"#), Err(ModelFieldError::NotJsonObject(_))));
+        assert!(matches!(find_model(b""), Err(ModelFieldError::NotJsonObject(0))));
+    }
+
+    #[test]
+    fn escaped_key_and_last_duplicate_win() {
+        let body = br#"{"model":"a","mod\u0065l":"b\u00e9\ud83d\ude00"}"#;
+        match find_model(body).unwrap() {
+            ModelField::Present { name, .. } => assert_eq!(name, "b\u{e9}\u{1F600}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_serde_json(
+            members in proptest::collection::btree_map("[a-z]{0,6}|model", arb_json(), 0..6),
+            pretty in any::<bool>(),
+            new_name in any::<String>(),
+        ) {
+            let obj = Value::Object(members.into_iter().collect());
+            let body = if pretty { serde_json::to_vec_pretty(&obj) } else { serde_json::to_vec(&obj) }.unwrap();
+            let got = find_model(&body);
+            match obj.get("model") {
+                Some(Value::String(s)) => {
+                    let field = got.unwrap();
+                    let is_match = matches!(&field, ModelField::Present { name, .. } if name == s);
+                    prop_assert!(is_match);
+                    let spliced: Value = serde_json::from_slice(&splice_model(&body, &field, &new_name)).unwrap();
+                    let mut expected: Value = serde_json::from_slice(&body).unwrap();
+                    expected["model"] = Value::String(new_name);
+                    prop_assert_eq!(spliced, expected);
+                }
+                Some(_) => prop_assert_eq!(got, Err(ModelFieldError::NotAString)),
+                None => {
+                    let field = got.unwrap();
+                    let is_absent = matches!(field, ModelField::Absent { .. });
+                    prop_assert!(is_absent);
+                    let spliced: Value = serde_json::from_slice(&splice_model(&body, &field, &new_name)).unwrap();
+                    let mut expected: Value = serde_json::from_slice(&body).unwrap();
+                    expected["model"] = Value::String(new_name);
+                    prop_assert_eq!(spliced, expected);
+                }
+            }
+        }
+
+        #[test]
+        fn never_panics(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = find_model(&body);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Complete responses the gateway or an engine answers itself (not proxied).
+
+use crate::headers::reason_phrase;
+
+/// Builds a response with a content-length body. With `head_only` the body is left out (a HEAD
+/// request) while content-length still names its size. `close` adds `connection: close`.
+pub fn full_response(
+    status: u16,
+    headers: &[(&str, &[u8])],
+    content_type: Option<&str>,
+    body: &[u8],
+    head_only: bool,
+    close: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + body.len());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason_phrase(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        push_header(&mut out, name.as_bytes(), value);
+    }
+    if let Some(ct) = content_type {
+        push_header(&mut out, b"content-type", ct.as_bytes());
+    }
+    push_header(&mut out, b"content-length", body.len().to_string().as_bytes());
+    if close {
+        push_header(&mut out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// Appends one `name: value` header line.
+pub fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_only_keeps_length() {
+        let r = full_response(200, &[("x-request-id", b"abc")], Some("application/json"), b"{}", true, false);
+        assert_eq!(
+            r,
+            b"HTTP/1.1 200 OK\r\nx-request-id: abc\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"
+        );
+        let r = full_response(503, &[], None, b"x", false, true);
+        assert!(r.ends_with(b"connection: close\r\n\r\nx"));
+    }
+}
