@@ -1,1 +1,17 @@
-//! placeholder
+//! The control plane and the `inferrail` binary: wires the crates together.
+//!
+//! This crate owns the control thread (snapshot publication, the admin listener with merged
+//! `/metrics`), turning a validated config into a running [`gateway::Gateway`], signal handling,
+//! the `serve`/`check`/`demo` commands, and a small blocking HTTP client the demo and tests use.
+//! It must never put work on a data core's request path: everything here runs on the control
+//! thread or the caller's thread, and talks to cores only through snapshots and counters.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod client;
+pub mod demo;
+pub mod gateway;
+
+pub use gateway::{Gateway, GatewayError};

@@ -1,1 +1,169 @@
-fn main() {}
+//! The `inferrail` command: serve, check, demo.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+use inferrail_control::gateway::Gateway;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+inferrail: a KV-cache-aware router for OpenAI-compatible inference engines
+
+usage:
+  inferrail serve --config FILE   run the gateway
+  inferrail check --config FILE   validate a config file and exit (non-zero on errors)
+  inferrail demo [--requests N]   run a gateway in front of three in-process engines
+  inferrail --version
+";
+
+fn config_arg(args: &[String]) -> Result<PathBuf, String> {
+    match args {
+        [flag, path] if flag == "--config" || flag == "-c" => Ok(PathBuf::from(path)),
+        [one] if one.starts_with("--config=") => Ok(PathBuf::from(&one["--config=".len()..])),
+        [flag] if flag == "--config" || flag == "-c" => Err("--config needs a file".to_string()),
+        [] => Err("--config FILE is required".to_string()),
+        [first, ..] => Err(format!("unexpected argument `{first}`")),
+    }
+}
+
+fn load(path: &Path) -> Result<inferrail_config::Config, ExitCode> {
+    inferrail_config::load_file(path).map_err(|e| {
+        match e {
+            inferrail_config::ConfigError::Invalid(problems) => {
+                eprintln!("inferrail: {} is invalid:", path.display());
+                for p in &problems.0 {
+                    let at = if p.path.is_empty() { "(file)" } else { &p.path };
+                    eprintln!("  {at}: {}", p.message);
+                }
+            }
+            other => eprintln!("inferrail: {other}"),
+        }
+        ExitCode::from(2)
+    })
+}
+
+fn serve(path: &Path) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let driver = inferrail_dataplane::driver_name();
+    if driver != "io_uring" {
+        eprintln!("inferrail: io_uring is unavailable; running on the epoll driver");
+    }
+    let gateway = match Gateway::start(&config) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("inferrail: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "inferrail: serving on {} with {} data cores ({driver}); admin on {}",
+        gateway.listen_addr, gateway.core_count, gateway.admin_addr
+    );
+    let signal = gateway.shutdown_signal();
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("inferrail: cannot install signal handlers: {e}");
+            gateway.shutdown();
+            gateway.wait();
+            return ExitCode::from(1);
+        }
+    };
+    let timeout = config.server.shutdown_timeout;
+    std::thread::spawn(move || {
+        let mut seen = 0;
+        for sig in signals.forever() {
+            seen += 1;
+            if seen == 1 {
+                eprintln!(
+                    "inferrail: signal {sig}: stopping; running responses get {:?} to finish",
+                    timeout
+                );
+                signal.trigger();
+            } else {
+                eprintln!("inferrail: second signal: exiting now");
+                std::process::exit(130);
+            }
+        }
+    });
+    gateway.wait();
+    eprintln!("inferrail: stopped");
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "serve" | "check" => {
+            let path = match config_arg(rest) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("inferrail {cmd}: {e}\n\n{USAGE}");
+                    return ExitCode::from(2);
+                }
+            };
+            if cmd == "serve" {
+                serve(&path)
+            } else {
+                match load(&path) {
+                    Ok(c) => {
+                        println!(
+                            "{}: ok ({} models, {} replicas)",
+                            path.display(),
+                            c.models.len(),
+                            c.replicas.len()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(code) => code,
+                }
+            }
+        }
+        "demo" => {
+            let requests = match rest {
+                [] => 6,
+                [flag, n] if flag == "--requests" => match n.parse() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        eprintln!("inferrail demo: --requests needs a number");
+                        return ExitCode::from(2);
+                    }
+                },
+                _ => {
+                    eprint!("{USAGE}");
+                    return ExitCode::from(2);
+                }
+            };
+            match inferrail_control::demo::run(requests) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("inferrail demo: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        "--version" | "-V" => {
+            println!("inferrail {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        "--help" | "-h" | "help" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("inferrail: unknown command `{other}`\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,27 @@
-//! placeholder
+//! The per-core data plane: everything a pinned data core does for a client request.
+//!
+//! This crate owns the listener and HTTP/1.1 handling on each core, request routing through the
+//! [`policy::RoutingPolicy`] implementations, upstream keep-alive pools, proxying with retries and
+//! breakers, client-disconnect propagation, and the per-core metrics recorders. Each core works
+//! only on state it owns (`Rc`/`Cell`) plus immutable [`snapshot::Snapshot`]s the control thread
+//! hands over through a lock-free mailbox. It must never take a lock or write memory another core
+//! writes on the request path, and never block a core on another thread.
+#![deny(rust_2018_idioms)]
+#![warn(missing_docs)]
+
+pub mod core_state;
+pub mod cores;
+pub mod errors;
+pub mod http;
+pub mod metrics;
+pub mod policy;
+pub mod pool;
+pub mod proxy;
+pub mod rng;
+pub mod shutdown;
+pub mod snapshot;
+mod sockets;
+
+pub use cores::{driver_name, start_cores, CoreOptions, CoreSet, StartError};
+pub use shutdown::ShutdownSignal;
+pub use snapshot::{Snapshot, SnapshotError};

@@ -90,6 +90,10 @@ mod tests {
         assert!(mb.take().is_none());
         mb.publish(a.clone());
         drop(mb);
-        assert_eq!(Arc::strong_count(&a), 1, "unread value dropped with the mailbox");
+        assert_eq!(
+            Arc::strong_count(&a),
+            1,
+            "unread value dropped with the mailbox"
+        );
     }
 }

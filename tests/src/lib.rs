@@ -1,1 +1,160 @@
-//! integration tests
+//! Shared helpers for Inferrail's integration tests: start in-process engines and gateways on
+//! 127.0.0.1, build configs, and talk HTTP with bounded timeouts.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+use inferrail_control::client::{Connection, Response};
+use inferrail_control::Gateway;
+use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The model every test fleet serves.
+pub const MODEL: &str = "sim-llama";
+
+/// Starts `n` engines with `behavior`.
+pub fn engines(n: usize, behavior: Behavior) -> Vec<ScriptedEngine> {
+    (0..n)
+        .map(|_| {
+            ScriptedEngine::start(EngineOptions {
+                behavior: behavior.clone(),
+                ..EngineOptions::new(MODEL)
+            })
+            .expect("engine starts")
+        })
+        .collect()
+}
+
+/// A gateway config: `extra` is YAML appended at top level (e.g. a `retry:` section), `server`
+/// is extra lines inside `server:` (indented two spaces), replicas are `engine-<i>`.
+pub fn config_yaml(engines: &[ScriptedEngine], policy: &str, server: &str, extra: &str) -> String {
+    let mut y = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 2\n{server}\
+         models:\n  - name: {MODEL}\n    aliases: [llama]\n    policy: {policy}\nrouting:\n  seed: 7\n{extra}replicas:\n"
+    );
+    for (i, e) in engines.iter().enumerate() {
+        y.push_str(&format!(
+            "  - id: engine-{i}\n    url: {}\n    models: [{MODEL}]\n",
+            e.url()
+        ));
+    }
+    y
+}
+
+/// A gateway that shuts down (gracefully, then waits) when dropped.
+pub struct TestGateway {
+    gateway: Option<Gateway>,
+    /// Client listen address.
+    pub addr: SocketAddr,
+    /// Admin address.
+    pub admin: SocketAddr,
+}
+
+impl TestGateway {
+    /// Starts a gateway from YAML text.
+    pub fn start(yaml: &str) -> TestGateway {
+        let config =
+            inferrail_config::parse_str(yaml).unwrap_or_else(|e| panic!("config: {e}\n{yaml}"));
+        let gateway = Gateway::start(&config).expect("gateway starts");
+        TestGateway {
+            addr: gateway.listen_addr,
+            admin: gateway.admin_addr,
+            gateway: Some(gateway),
+        }
+    }
+
+    /// Starts the graceful shutdown without waiting.
+    pub fn begin_shutdown(&self) {
+        if let Some(g) = &self.gateway {
+            g.shutdown();
+        }
+    }
+
+    /// Shuts down and waits for every thread.
+    pub fn stop(mut self) {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown();
+            g.wait();
+        }
+    }
+
+    /// The merged /metrics text.
+    pub fn metrics(&self) -> String {
+        inferrail_control::client::call(self.admin, "GET", "/metrics", &[], None)
+            .expect("metrics")
+            .text()
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown();
+            g.wait();
+        }
+    }
+}
+
+/// A small chat request body naming `model`.
+pub fn chat(model: &str, stream: bool) -> Vec<u8> {
+    format!(
+        r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"max_tokens":4,"stream":{stream}}}"#
+    )
+    .into_bytes()
+}
+
+/// Opens a client connection with a 10 s read timeout.
+pub fn connect(addr: SocketAddr) -> Connection {
+    Connection::open(addr, Duration::from_secs(10)).expect("connect to gateway")
+}
+
+/// POSTs a chat request on a fresh connection.
+pub fn post_chat(addr: SocketAddr, body: &[u8]) -> Response {
+    connect(addr)
+        .call("POST", "/v1/chat/completions", &[], Some(body))
+        .expect("response")
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+/// The value of a metrics sample line starting with `prefix` (exact labels), if present.
+pub fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
+        .and_then(|l| l[prefix.len()..].trim().parse().ok())
+}
+
+/// The path of the built `inferrail` binary (the workspace build puts it next to the test's
+/// deps directory).
+pub fn inferrail_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test exe path");
+    let dir = exe.parent().and_then(|p| p.parent()).expect("target dir");
+    let bin = dir.join("inferrail");
+    assert!(
+        bin.exists(),
+        "{} missing: build the workspace first (cargo build --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+pub use inferrail_sim::Behavior as EngineBehavior;
+
+/// One engine and a round-robin gateway in front of it, kept for the rest of the test process
+/// (property tests reuse it across cases; it is never dropped, so no teardown runs inside a
+/// thread-local destructor, where cross-thread wake-ups are not reliable).
+pub fn shared_fleet() -> &'static (Vec<ScriptedEngine>, TestGateway) {
+    let e = engines(1, Behavior::Instant);
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    Box::leak(Box::new((e, gw)))
+}

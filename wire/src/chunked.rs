@@ -137,8 +137,8 @@ impl ChunkedDecoder {
                 }
                 State::Data => {
                     let available = input.len() - i;
-                    let take = usize::try_from(self.remaining)
-                        .map_or(available, |r| r.min(available));
+                    let take =
+                        usize::try_from(self.remaining).map_or(available, |r| r.min(available));
                     if let Some(out) = out.as_deref_mut() {
                         out.extend_from_slice(&input[i..i + take]);
                     }

@@ -93,7 +93,10 @@ mod tests {
             "The model `no-such-model` does not exist. Valid aliases: tiny.",
             Some("model"),
         );
-        assert_eq!(std::str::from_utf8(&got).unwrap(), std::str::from_utf8(want).unwrap());
+        assert_eq!(
+            std::str::from_utf8(&got).unwrap(),
+            std::str::from_utf8(want).unwrap()
+        );
     }
 
     #[test]

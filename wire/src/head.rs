@@ -306,9 +306,11 @@ mod tests {
 
     #[test]
     fn partial_head_asks_for_more() {
-        assert!(RequestHead::parse(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
-            .unwrap()
-            .is_none());
+        assert!(
+            RequestHead::parse(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -327,7 +329,9 @@ mod tests {
 
     #[test]
     fn http10_closes_unless_keep_alive() {
-        let (h, _) = RequestHead::parse(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        let (h, _) = RequestHead::parse(b"GET / HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.close);
         let (h, _) = RequestHead::parse(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
             .unwrap()
@@ -358,9 +362,12 @@ mod tests {
 
     #[test]
     fn response_framing() {
-        let (h, _) = ResponseHead::parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", Method::Post)
-            .unwrap()
-            .unwrap();
+        let (h, _) = ResponseHead::parse(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            Method::Post,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.framing, BodyFraming::Chunked);
         assert!(!h.close);
         assert_eq!(h.reason(), b"OK");
@@ -369,13 +376,19 @@ mod tests {
             .unwrap();
         assert_eq!(h.framing, BodyFraming::UntilClose);
         assert!(h.close);
-        let (h, _) = ResponseHead::parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", Method::Head)
-            .unwrap()
-            .unwrap();
+        let (h, _) = ResponseHead::parse(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+            Method::Head,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.framing, BodyFraming::Length(0));
-        let (h, _) = ResponseHead::parse(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\n", Method::Post)
-            .unwrap()
-            .unwrap();
+        let (h, _) = ResponseHead::parse(
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n\r\n",
+            Method::Post,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.status, 503);
         assert_eq!(h.reason(), b"Service Unavailable");
     }

@@ -110,13 +110,19 @@ impl Scanner<'_> {
     }
 
     fn utf8(&self, start: usize, end: usize) -> Result<&str, ModelFieldError> {
-        std::str::from_utf8(&self.buf[start..end]).map_err(|_| ModelFieldError::NotJsonObject(start))
+        std::str::from_utf8(&self.buf[start..end])
+            .map_err(|_| ModelFieldError::NotJsonObject(start))
     }
 
     fn hex4(&mut self) -> Result<u32, ModelFieldError> {
-        let digits = self.buf.get(self.pos..self.pos + 4).map_or_else(|| self.fail(), Ok)?;
-        let text = std::str::from_utf8(digits).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
-        let v = u32::from_str_radix(text, 16).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
+        let digits = self
+            .buf
+            .get(self.pos..self.pos + 4)
+            .map_or_else(|| self.fail(), Ok)?;
+        let text =
+            std::str::from_utf8(digits).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
+        let v =
+            u32::from_str_radix(text, 16).map_err(|_| ModelFieldError::NotJsonObject(self.pos))?;
         self.pos += 4;
         Ok(v)
     }
@@ -169,23 +175,19 @@ impl Scanner<'_> {
             }
             Some(b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
                 let start = self.pos;
-                while let Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E') = self.peek() {
+                while let Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E') = self.peek()
+                {
                     self.pos += 1;
                 }
-                match &self.buf[start..self.pos] {
-                    b"true" | b"false" | b"null" => Ok(()),
-                    t if t[0] == b'-' || t[0].is_ascii_digit() => {
-                        if t.iter().all(|b| b"-+.0123456789eE".contains(b)) {
-                            Ok(())
-                        } else {
-                            self.pos = start;
-                            self.fail()
-                        }
-                    }
-                    _ => {
-                        self.pos = start;
-                        self.fail()
-                    }
+                let token = &self.buf[start..self.pos];
+                let is_literal = matches!(token, b"true" | b"false" | b"null");
+                let is_number = (token[0] == b'-' || token[0].is_ascii_digit())
+                    && token.iter().all(|b| b"-+.0123456789eE".contains(b));
+                if is_literal || is_number {
+                    Ok(())
+                } else {
+                    self.pos = start;
+                    self.fail()
                 }
             }
             _ => self.fail(),
@@ -265,7 +267,9 @@ pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
             '\n' => out.extend_from_slice(b"\\n"),
             '\r' => out.extend_from_slice(b"\\r"),
             '\t' => out.extend_from_slice(b"\\t"),
-            c if (c as u32) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+            c if (c as u32) < 0x20 => {
+                out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
+            }
             c => {
                 let mut tmp = [0u8; 4];
                 out.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
@@ -339,12 +343,30 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(find_model(br#"{"model": 3}"#), Err(ModelFieldError::NotAString));
-        assert!(matches!(find_model(br#"{"model": "#), Err(ModelFieldError::NotJsonObject(_))));
-        assert!(matches!(find_model(br#"[1]"#), Err(ModelFieldError::NotJsonObject(0))));
-        assert!(matches!(find_model(br#"{"a":1} x"#), Err(ModelFieldError::NotJsonObject(_))));
-        assert!(matches!(find_model(br#"{"a":tru}"#), Err(ModelFieldError::NotJsonObject(_))));
-        assert!(matches!(find_model(b""), Err(ModelFieldError::NotJsonObject(0))));
+        assert_eq!(
+            find_model(br#"{"model": 3}"#),
+            Err(ModelFieldError::NotAString)
+        );
+        assert!(matches!(
+            find_model(br#"{"model": "#),
+            Err(ModelFieldError::NotJsonObject(_))
+        ));
+        assert!(matches!(
+            find_model(br#"[1]"#),
+            Err(ModelFieldError::NotJsonObject(0))
+        ));
+        assert!(matches!(
+            find_model(br#"{"a":1} x"#),
+            Err(ModelFieldError::NotJsonObject(_))
+        ));
+        assert!(matches!(
+            find_model(br#"{"a":tru}"#),
+            Err(ModelFieldError::NotJsonObject(_))
+        ));
+        assert!(matches!(
+            find_model(b""),
+            Err(ModelFieldError::NotJsonObject(0))
+        ));
     }
 
     #[test]
@@ -361,7 +383,9 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(|n| json!(n)),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
             any::<String>().prop_map(Value::String),
         ];
         leaf.prop_recursive(3, 24, 4, |inner| {

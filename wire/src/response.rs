@@ -24,7 +24,11 @@ pub fn full_response(
     if let Some(ct) = content_type {
         push_header(&mut out, b"content-type", ct.as_bytes());
     }
-    push_header(&mut out, b"content-length", body.len().to_string().as_bytes());
+    push_header(
+        &mut out,
+        b"content-length",
+        body.len().to_string().as_bytes(),
+    );
     if close {
         push_header(&mut out, b"connection", b"close");
     }
@@ -49,7 +53,14 @@ mod tests {
 
     #[test]
     fn head_only_keeps_length() {
-        let r = full_response(200, &[("x-request-id", b"abc")], Some("application/json"), b"{}", true, false);
+        let r = full_response(
+            200,
+            &[("x-request-id", b"abc")],
+            Some("application/json"),
+            b"{}",
+            true,
+            false,
+        );
         assert_eq!(
             r,
             b"HTTP/1.1 200 OK\r\nx-request-id: abc\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n"

@@ -1,0 +1,30 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+CARGO ?= cargo
+LOOM_TARGET ?= target/loom
+
+.PHONY: demo test fmt lint unit doc loom build
+
+## A gateway in front of three in-process engines, exercised end to end.
+demo:
+	$(CARGO) run --quiet -p inferrail-control --bin inferrail -- demo
+
+## The whole test suite, exactly as CI runs it.
+test: fmt lint unit doc loom
+
+fmt:
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) nextest run --workspace --no-fail-fast
+
+doc:
+	$(CARGO) test --workspace --doc
+
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p inferrail-sync --release --test loom_mailbox
+
+build:
+	$(CARGO) build --release -p inferrail-control -p inferrail-sim -p inferrail-bench

@@ -1,0 +1,168 @@
+//! One keep-alive HTTP/1.1 connection and one request/response exchange on it.
+//!
+//! Framing comes from `inferrail-wire` (head parsing, content-length, chunked): the generator reads
+//! every response to its end so the connection can carry the next request, and never parses HTTP
+//! itself.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use inferrail_wire::{BodyFraming, ChunkedDecoder, HeadError, Method, ResponseHead};
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+
+/// Largest response head accepted before the exchange is called broken.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Read buffer size; a read asks for at least this much room.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// An open connection and its read buffer (kept across requests to avoid reallocating).
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket.
+    stream: TcpStream,
+    /// Bytes read but not yet consumed.
+    buf: Vec<u8>,
+}
+
+/// How an exchange ended when a complete response arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    /// The final (non-1xx) status code.
+    pub status: u16,
+    /// The connection may carry another request.
+    pub reusable: bool,
+}
+
+/// Why an exchange produced no complete response. Every variant leaves the connection unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// Writing or reading failed, or the peer closed before the response ended.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// The response head is not valid HTTP/1.x.
+    #[error("bad response head: {0}")]
+    Head(#[from] HeadError),
+    /// The chunked body is malformed.
+    #[error("bad chunked body: {0}")]
+    Chunked(#[from] inferrail_wire::ChunkedError),
+    /// The head grew past [`MAX_HEAD_BYTES`].
+    #[error("response head too large")]
+    HeadTooLarge,
+}
+
+impl Conn {
+    /// Connects to `addr` with Nagle off (requests are written in one piece).
+    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
+        let stream = TcpStream::connect_addr(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(READ_CHUNK),
+        })
+    }
+
+    /// Writes `request` (a complete request made with `method`) and reads the response to its end.
+    pub async fn exchange(
+        &mut self,
+        request: Bytes,
+        method: Method,
+    ) -> Result<Response, ExchangeError> {
+        let (written, _) = self.stream.write_all(request).await;
+        written?;
+        self.buf.clear();
+        let (head, used) = self.read_head(method).await?;
+        let leftover = self.buf.len() - used;
+        let body_ended_cleanly = match head.framing {
+            BodyFraming::Length(n) => self.skip_length(n, leftover).await?,
+            BodyFraming::Chunked => self.skip_chunked(used).await?,
+            BodyFraming::UntilClose => self.skip_until_close().await?,
+        };
+        Ok(Response {
+            status: head.status,
+            reusable: !head.close && body_ended_cleanly,
+        })
+    }
+
+    /// Reads until a final response head is complete; returns it and the bytes of `buf` it used.
+    async fn read_head(&mut self, method: Method) -> Result<(ResponseHead, usize), ExchangeError> {
+        loop {
+            if let Some((head, used)) = ResponseHead::parse(&self.buf, method)? {
+                if (100..200).contains(&head.status) {
+                    // Interim response (100 Continue and the like): skip it.
+                    self.buf.drain(..used);
+                    continue;
+                }
+                return Ok((head, used));
+            }
+            if self.buf.len() > MAX_HEAD_BYTES {
+                return Err(ExchangeError::HeadTooLarge);
+            }
+            self.read_more().await?;
+        }
+    }
+
+    /// Skips a content-length body of which `have` bytes are already buffered. Returns false when
+    /// more bytes than the body arrived (the connection is then out of step and not reused).
+    async fn skip_length(&mut self, len: u64, have: usize) -> Result<bool, ExchangeError> {
+        let mut remaining = len.saturating_sub(have as u64);
+        let mut clean = have as u64 <= len;
+        while remaining > 0 {
+            self.buf.clear();
+            let n = self.read_more().await? as u64;
+            clean = n <= remaining;
+            remaining = remaining.saturating_sub(n);
+        }
+        Ok(clean)
+    }
+
+    /// Follows a chunked body that starts at `buf[start..]` to its end.
+    async fn skip_chunked(&mut self, start: usize) -> Result<bool, ExchangeError> {
+        let mut decoder = ChunkedDecoder::new();
+        let mut progress = decoder.feed(&self.buf[start..], None)?;
+        let mut pos = start + progress.consumed;
+        while !progress.done {
+            self.buf.clear();
+            self.read_more().await?;
+            progress = decoder.feed(&self.buf, None)?;
+            pos = progress.consumed;
+        }
+        Ok(pos == self.buf.len())
+    }
+
+    /// Reads until the peer closes. The connection is never reusable afterwards.
+    async fn skip_until_close(&mut self) -> Result<bool, ExchangeError> {
+        loop {
+            self.buf.clear();
+            match self.read_some().await? {
+                0 => return Ok(false),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Appends at least one byte to `buf`; the peer closing first is an error.
+    async fn read_more(&mut self) -> Result<usize, ExchangeError> {
+        match self.read_some().await? {
+            0 => Err(ExchangeError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before the response ended",
+            ))),
+            n => Ok(n),
+        }
+    }
+
+    /// One read appended to `buf`; 0 means the peer closed.
+    async fn read_some(&mut self) -> io::Result<usize> {
+        let mut buf = std::mem::take(&mut self.buf);
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        let len = buf.len();
+        let (result, slice) = self.stream.read(buf.slice_mut(len..)).await;
+        self.buf = slice.into_inner();
+        result
+    }
+}

@@ -1,0 +1,24 @@
+//! The benchmark harness of Inferrail.
+//!
+//! For now this crate owns the open-loop load generator that `perf/overhead` drives; later it also
+//! owns the workloads, sweeps and reports. The generator schedules requests at fixed times and
+//! sends each at its time whatever earlier ones are doing, so queueing in the target cannot hide;
+//! latency counts from the scheduled time and the generator's own lateness is reported as send lag.
+//! It must never link the gateway's crates (dataplane, control) into the measured path: it talks
+//! to its target over sockets only, like any client.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+#![warn(missing_docs)]
+
+pub mod args;
+mod conn;
+mod pacer;
+mod pool;
+pub mod report;
+pub mod run;
+pub mod schedule;
+
+pub use args::{parse_load_args, ArgsError, LoadArgs, LoadConfig, Target, LOAD_USAGE};
+pub use report::Report;
+pub use run::{run, LoadError};
+pub use schedule::{Arrivals, Schedule};

@@ -1,0 +1,888 @@
+//! Decodes the YAML tree into a [`Config`], section by section, with the walker in `walk`.
+//! Checks that need only one value (types, ranges, formats, unknown keys) happen here; checks
+//! across fields live in `validate`.
+//!
+//! A value that fails is replaced by its default (or a placeholder) so decoding can go on, and
+//! [`Incomplete`] records which cross-field checks would be misled by such placeholders.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_yaml::Value;
+
+use crate::error::Problem;
+use crate::schema::{
+    Config, CostModelParams, DecisionLog, Discovery, DnsGroup, Health, Index, Load, Logging, Model,
+    Observability, PolicyKind, Replica, Retry, Routing, Server, TokenizerPool,
+};
+use crate::walk::{
+    above_zero, above_zero_at_most_one, at_least_zero, describe, placeholder_url, positive,
+    unknown_policy, zero_ok, zero_to_one, Decoder, Fields, Incomplete,
+};
+
+const TOP_KEYS: &[&str] = &[
+    "server",
+    "models",
+    "replicas",
+    "discovery",
+    "routing",
+    "health",
+    "retry",
+    "load",
+    "tokenizer",
+    "index",
+    "observability",
+    "logging",
+];
+const SERVER_KEYS: &[&str] = &[
+    "listen",
+    "admin_listen",
+    "cores",
+    "request_timeout",
+    "header_read_timeout",
+    "shutdown_timeout",
+    "max_body_bytes",
+    "reload_interval",
+    "connect_timeout",
+    "pool_idle_timeout",
+    "pool_max_idle",
+];
+const MODEL_KEYS: &[&str] = &[
+    "name",
+    "aliases",
+    "policy",
+    "tokenizer",
+    "block_size",
+    "chat_template",
+    "chat_template_kwargs",
+];
+const REPLICA_KEYS: &[&str] = &[
+    "id",
+    "url",
+    "models",
+    "max_concurrency",
+    "max_pending",
+    "kv_capacity_blocks",
+];
+const DISCOVERY_KEYS: &[&str] = &["dns"];
+const DNS_KEYS: &[&str] = &["name", "url", "models", "refresh"];
+const ROUTING_KEYS: &[&str] = &[
+    "default_policy",
+    "split",
+    "shadow",
+    "epsilon",
+    "kappa",
+    "session_affinity",
+    "seed",
+    "cost_model",
+];
+const COST_MODEL_KEYS: &[&str] = &[
+    "prefill_token_secs",
+    "prefill_pair_secs",
+    "prefill_fixed_secs",
+];
+const HEALTH_KEYS: &[&str] = &[
+    "interval",
+    "timeout",
+    "unhealthy_threshold",
+    "ejection_backoff",
+    "max_ejection_backoff",
+    "max_ejection_percent",
+];
+const RETRY_KEYS: &[&str] = &["max_attempts", "backoff", "max_backoff"];
+const LOAD_KEYS: &[&str] = &["scrape_interval", "scrape_timeout", "max_age"];
+const TOKENIZER_KEYS: &[&str] = &["workers", "max_wait", "cache_tokens"];
+const INDEX_KEYS: &[&str] = &["shards", "default_capacity_blocks"];
+const OBSERVABILITY_KEYS: &[&str] = &[
+    "otlp_endpoint",
+    "trace_sample_ratio",
+    "decision_log",
+    "shadow_log",
+];
+const DECISION_LOG_KEYS: &[&str] = &["path", "sample_rate"];
+const LOGGING_KEYS: &[&str] = &["log_prompts"];
+
+/// The result of the walk: a config with placeholders where values failed, and the problems.
+pub(crate) struct Decoded {
+    pub config: Config,
+    pub problems: Vec<Problem>,
+    pub incomplete: Incomplete,
+}
+
+/// Decodes the whole document.
+pub(crate) fn decode(root: &Value) -> Decoded {
+    let mut d = Decoder::default();
+    let config = d.config(root);
+    Decoded {
+        config,
+        problems: d.problems,
+        incomplete: d.incomplete,
+    }
+}
+
+impl Decoder {
+    fn config(&mut self, root: &Value) -> Config {
+        let top = match root {
+            Value::Mapping(_) | Value::Null => self.fields("", Some(root), TOP_KEYS),
+            other => {
+                self.problem(
+                    "",
+                    format!(
+                        "expected a mapping of sections ({}) at the top level (got {})",
+                        TOP_KEYS.join(", "),
+                        describe(other)
+                    ),
+                );
+                let mut top = self.fields("", None, TOP_KEYS);
+                top.well_formed = false;
+                top
+            }
+        };
+        let server = self.server(&top);
+        let models = self.models(&top);
+        let replicas_value = top.get("replicas");
+        let replicas = match replicas_value {
+            Some(v) => self.replicas(&top.path("replicas"), v),
+            None => Vec::new(),
+        };
+        let discovery = self.discovery(&top);
+        if replicas.is_empty()
+            && discovery.dns.is_empty()
+            && top.well_formed
+            && !self.incomplete.serving
+        {
+            let message = if replicas_value.is_none() {
+                "required; list at least one replica (or add a discovery.dns group)"
+            } else {
+                "must list at least one replica when discovery.dns is empty"
+            };
+            self.problem("replicas", message);
+        }
+        Config {
+            server,
+            models,
+            replicas,
+            discovery,
+            routing: self.routing(&top),
+            health: self.health(&top),
+            retry: self.retry(&top),
+            load: self.load(&top),
+            tokenizer: self.tokenizer(&top),
+            index: self.index(&top),
+            observability: self.observability(&top),
+            logging: self.logging(&top),
+        }
+    }
+
+    fn server(&mut self, top: &Fields<'_>) -> Server {
+        let f = self.fields(&top.path("server"), top.get("server"), SERVER_KEYS);
+        let def = Server::default();
+        Server {
+            listen: self.or(&f, "listen", def.listen, Self::socket_addr),
+            admin_listen: self.or(&f, "admin_listen", def.admin_listen, Self::socket_addr),
+            cores: self.or(&f, "cores", def.cores, Self::count),
+            request_timeout: self.or(&f, "request_timeout", def.request_timeout, positive),
+            header_read_timeout: self.or(
+                &f,
+                "header_read_timeout",
+                def.header_read_timeout,
+                positive,
+            ),
+            shutdown_timeout: self.or(&f, "shutdown_timeout", def.shutdown_timeout, zero_ok),
+            max_body_bytes: self.or(&f, "max_body_bytes", def.max_body_bytes, |d, p, v| {
+                d.size(p, v, 1)
+            }),
+            reload_interval: self.or(&f, "reload_interval", def.reload_interval, zero_ok),
+            connect_timeout: self.or(&f, "connect_timeout", def.connect_timeout, positive),
+            pool_idle_timeout: self.or(&f, "pool_idle_timeout", def.pool_idle_timeout, positive),
+            pool_max_idle: self.or(&f, "pool_max_idle", def.pool_max_idle, |d, p, v| {
+                d.uint(p, v, 0, u32::MAX.into())
+                    .and_then(|n| usize::try_from(n).ok())
+            }),
+        }
+    }
+
+    fn models(&mut self, top: &Fields<'_>) -> Vec<Model> {
+        let path = top.path("models");
+        let Some(v) = top.get("models") else {
+            if top.well_formed {
+                self.problem(&path, "required; list at least one model");
+            }
+            self.incomplete.model_names = true;
+            return Vec::new();
+        };
+        let Some(items) = self.list(&path, v) else {
+            self.incomplete.model_names = true;
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.problem(&path, "must list at least one model");
+        }
+        items
+            .into_iter()
+            .map(|(item_path, item)| self.model(&item_path, item))
+            .collect()
+    }
+
+    fn model(&mut self, path: &str, v: &Value) -> Model {
+        let f = self.fields(path, Some(v), MODEL_KEYS);
+        let name = self.required(&f, "name", Self::string);
+        if name.is_none() {
+            self.incomplete.model_names = true;
+        }
+        Model {
+            name: name.unwrap_or_default(),
+            aliases: self.or(&f, "aliases", Vec::new(), |d, p, v| d.names(p, v, true)),
+            policy: self.optional(&f, "policy", Self::policy),
+            tokenizer: self.optional(&f, "tokenizer", Self::string),
+            block_size: self.optional(&f, "block_size", |d, p, v| d.u32_in(p, v, 1, u32::MAX)),
+            chat_template: self.optional(&f, "chat_template", Self::string),
+            chat_template_kwargs: self.or(
+                &f,
+                "chat_template_kwargs",
+                BTreeMap::new(),
+                |d, p, v| {
+                    let entries = d.entries(p, v)?;
+                    Some(
+                        entries
+                            .into_iter()
+                            .map(|(k, _, v)| (k, v.clone()))
+                            .collect(),
+                    )
+                },
+            ),
+        }
+    }
+
+    fn replicas(&mut self, path: &str, v: &Value) -> Vec<Replica> {
+        let Some(items) = self.list(path, v) else {
+            self.incomplete.serving = true;
+            return Vec::new();
+        };
+        items
+            .into_iter()
+            .map(|(item_path, item)| self.replica(&item_path, item))
+            .collect()
+    }
+
+    fn replica(&mut self, path: &str, v: &Value) -> Replica {
+        let f = self.fields(path, Some(v), REPLICA_KEYS);
+        let id = self.required(&f, "id", Self::id).unwrap_or_default();
+        let url = self
+            .required(&f, "url", Self::url)
+            .unwrap_or_else(placeholder_url);
+        let models = self.required(&f, "models", |d, p, v| d.names(p, v, false));
+        if models.is_none() {
+            self.incomplete.serving = true;
+        }
+        Replica {
+            id,
+            url,
+            models: models.unwrap_or_default(),
+            max_concurrency: self.or(
+                &f,
+                "max_concurrency",
+                Replica::DEFAULT_MAX_CONCURRENCY,
+                |d, p, v| d.u32_in(p, v, 1, u32::MAX),
+            ),
+            max_pending: self.or(
+                &f,
+                "max_pending",
+                Replica::DEFAULT_MAX_PENDING,
+                |d, p, v| d.u32_in(p, v, 1, u32::MAX),
+            ),
+            kv_capacity_blocks: self.optional(&f, "kv_capacity_blocks", |d, p, v| {
+                d.uint(p, v, 1, u64::MAX)
+            }),
+        }
+    }
+
+    fn discovery(&mut self, top: &Fields<'_>) -> Discovery {
+        let f = self.fields(&top.path("discovery"), top.get("discovery"), DISCOVERY_KEYS);
+        if !f.well_formed {
+            self.incomplete.serving = true;
+        }
+        let Some(v) = f.get("dns") else {
+            return Discovery::default();
+        };
+        let path = f.path("dns");
+        let Some(items) = self.list(&path, v) else {
+            self.incomplete.serving = true;
+            return Discovery::default();
+        };
+        Discovery {
+            dns: items
+                .into_iter()
+                .map(|(item_path, item)| self.dns_group(&item_path, item))
+                .collect(),
+        }
+    }
+
+    fn dns_group(&mut self, path: &str, v: &Value) -> DnsGroup {
+        let f = self.fields(path, Some(v), DNS_KEYS);
+        let name = self.required(&f, "name", Self::id).unwrap_or_default();
+        let url = self
+            .required(&f, "url", Self::url)
+            .unwrap_or_else(placeholder_url);
+        let models = self.required(&f, "models", |d, p, v| d.names(p, v, false));
+        if models.is_none() {
+            self.incomplete.serving = true;
+        }
+        DnsGroup {
+            name,
+            url,
+            models: models.unwrap_or_default(),
+            refresh: self.or(&f, "refresh", DnsGroup::DEFAULT_REFRESH, positive),
+        }
+    }
+
+    fn routing(&mut self, top: &Fields<'_>) -> Routing {
+        let f = self.fields(&top.path("routing"), top.get("routing"), ROUTING_KEYS);
+        let def = Routing::default();
+        Routing {
+            default_policy: self.or(&f, "default_policy", def.default_policy, Self::policy),
+            split: self.or(&f, "split", def.split, Self::split),
+            shadow: self.or(&f, "shadow", def.shadow, |d, p, v| {
+                let items = d.list(p, v)?;
+                Some(
+                    items
+                        .into_iter()
+                        .filter_map(|(item_path, item)| d.policy(&item_path, item))
+                        .collect(),
+                )
+            }),
+            epsilon: self.or(&f, "epsilon", def.epsilon, |d, p, v| {
+                d.float(p, v, above_zero)
+            }),
+            kappa: self.or(&f, "kappa", def.kappa, |d, p, v| {
+                d.float(p, v, above_zero_at_most_one)
+            }),
+            session_affinity: self.or(&f, "session_affinity", def.session_affinity, Self::boolean),
+            seed: self.optional(&f, "seed", |d, p, v| d.uint(p, v, 0, u64::MAX)),
+            cost_model: self.cost_model(&f),
+        }
+    }
+
+    fn split(&mut self, path: &str, v: &Value) -> Option<BTreeMap<PolicyKind, u32>> {
+        let Some(entries) = self.entries(path, v) else {
+            self.incomplete.split = true;
+            return None;
+        };
+        let mut split = BTreeMap::new();
+        for (key, key_path, value) in entries {
+            let policy = PolicyKind::from_name(&key);
+            if policy.is_none() {
+                self.problem(&key_path, unknown_policy(&format!("{key:?}")));
+            }
+            let percent = self.u32_in(&key_path, value, 0, 100);
+            match (policy, percent) {
+                (Some(policy), Some(percent)) => {
+                    split.insert(policy, percent);
+                }
+                _ => self.incomplete.split = true,
+            }
+        }
+        Some(split)
+    }
+
+    fn cost_model(&mut self, routing: &Fields<'_>) -> CostModelParams {
+        let f = self.fields(
+            &routing.path("cost_model"),
+            routing.get("cost_model"),
+            COST_MODEL_KEYS,
+        );
+        let def = CostModelParams::default();
+        let coefficient = |d: &mut Self, key: &str, default: f64| {
+            d.or(&f, key, default, |d, p, v| d.float(p, v, at_least_zero))
+        };
+        CostModelParams {
+            prefill_token_secs: coefficient(self, "prefill_token_secs", def.prefill_token_secs),
+            prefill_pair_secs: coefficient(self, "prefill_pair_secs", def.prefill_pair_secs),
+            prefill_fixed_secs: coefficient(self, "prefill_fixed_secs", def.prefill_fixed_secs),
+        }
+    }
+
+    fn health(&mut self, top: &Fields<'_>) -> Health {
+        let f = self.fields(&top.path("health"), top.get("health"), HEALTH_KEYS);
+        let def = Health::default();
+        Health {
+            interval: self.or(&f, "interval", def.interval, positive),
+            timeout: self.or(&f, "timeout", def.timeout, positive),
+            unhealthy_threshold: self.or(
+                &f,
+                "unhealthy_threshold",
+                def.unhealthy_threshold,
+                |d, p, v| d.u32_in(p, v, 1, u32::MAX),
+            ),
+            ejection_backoff: self.or(&f, "ejection_backoff", def.ejection_backoff, positive),
+            max_ejection_backoff: self.or(
+                &f,
+                "max_ejection_backoff",
+                def.max_ejection_backoff,
+                positive,
+            ),
+            max_ejection_percent: self.or(
+                &f,
+                "max_ejection_percent",
+                def.max_ejection_percent,
+                |d, p, v| d.u32_in(p, v, 0, 100),
+            ),
+        }
+    }
+
+    fn retry(&mut self, top: &Fields<'_>) -> Retry {
+        let f = self.fields(&top.path("retry"), top.get("retry"), RETRY_KEYS);
+        let def = Retry::default();
+        Retry {
+            max_attempts: self.or(&f, "max_attempts", def.max_attempts, |d, p, v| {
+                d.u32_in(p, v, 1, u32::MAX)
+            }),
+            backoff: self.or(&f, "backoff", def.backoff, zero_ok),
+            max_backoff: self.or(&f, "max_backoff", def.max_backoff, zero_ok),
+        }
+    }
+
+    fn load(&mut self, top: &Fields<'_>) -> Load {
+        let f = self.fields(&top.path("load"), top.get("load"), LOAD_KEYS);
+        let def = Load::default();
+        Load {
+            scrape_interval: self.or(&f, "scrape_interval", def.scrape_interval, positive),
+            scrape_timeout: self.or(&f, "scrape_timeout", def.scrape_timeout, positive),
+            max_age: self.or(&f, "max_age", def.max_age, positive),
+        }
+    }
+
+    fn tokenizer(&mut self, top: &Fields<'_>) -> TokenizerPool {
+        let f = self.fields(&top.path("tokenizer"), top.get("tokenizer"), TOKENIZER_KEYS);
+        let def = TokenizerPool::default();
+        TokenizerPool {
+            workers: self.or(&f, "workers", def.workers, Self::count),
+            max_wait: self.or(&f, "max_wait", def.max_wait, zero_ok),
+            cache_tokens: self.or(&f, "cache_tokens", def.cache_tokens, |d, p, v| {
+                d.uint(p, v, 0, u64::MAX)
+            }),
+        }
+    }
+
+    fn index(&mut self, top: &Fields<'_>) -> Index {
+        let f = self.fields(&top.path("index"), top.get("index"), INDEX_KEYS);
+        let def = Index::default();
+        Index {
+            shards: self.or(&f, "shards", def.shards, Self::count),
+            default_capacity_blocks: self.or(
+                &f,
+                "default_capacity_blocks",
+                def.default_capacity_blocks,
+                |d, p, v| d.uint(p, v, 1, u64::MAX),
+            ),
+        }
+    }
+
+    fn observability(&mut self, top: &Fields<'_>) -> Observability {
+        let f = self.fields(
+            &top.path("observability"),
+            top.get("observability"),
+            OBSERVABILITY_KEYS,
+        );
+        let def = Observability::default();
+        Observability {
+            otlp_endpoint: self.optional(&f, "otlp_endpoint", |d, p, v| {
+                let url = d.string(p, v)?;
+                let lower = url.to_ascii_lowercase();
+                if lower.starts_with("http://") || lower.starts_with("https://") {
+                    Some(url)
+                } else {
+                    d.problem(
+                        p,
+                        format!("must start with http:// or https:// (got {url:?})"),
+                    );
+                    None
+                }
+            }),
+            trace_sample_ratio: self.or(
+                &f,
+                "trace_sample_ratio",
+                def.trace_sample_ratio,
+                |d, p, v| d.float(p, v, zero_to_one),
+            ),
+            decision_log: self.optional(&f, "decision_log", Self::decision_log),
+            shadow_log: self.optional(&f, "shadow_log", |d, p, v| {
+                d.string(p, v).map(PathBuf::from)
+            }),
+        }
+    }
+
+    fn decision_log(&mut self, path: &str, v: &Value) -> Option<DecisionLog> {
+        let f = self.fields(path, Some(v), DECISION_LOG_KEYS);
+        let log_path = self.required(&f, "path", Self::string);
+        let sample_rate = self.or(
+            &f,
+            "sample_rate",
+            DecisionLog::DEFAULT_SAMPLE_RATE,
+            |d, p, v| d.float(p, v, zero_to_one),
+        );
+        Some(DecisionLog {
+            path: PathBuf::from(log_path?),
+            sample_rate,
+        })
+    }
+
+    fn logging(&mut self, top: &Fields<'_>) -> Logging {
+        let f = self.fields(&top.path("logging"), top.get("logging"), LOGGING_KEYS);
+        Logging {
+            log_prompts: self.or(&f, "log_prompts", false, Self::boolean),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use crate::testing::{errs, minimal_with, ok, one_err, MINIMAL};
+    use crate::{Count, PolicyKind};
+
+    #[test]
+    fn unknown_keys_are_reported_at_every_depth() {
+        let text = "\
+sever: {}
+server: {listn: 1}
+models:
+  - name: m
+    polcy: p2c
+replicas:
+  - id: r0
+    url: http://a:1
+    models: [m]
+    weight: 3
+discovery:
+  dns:
+    - {name: g, url: 'http://b:1', models: [m], ttl: 5s}
+  consul: {}
+routing:
+  cost_model: {alpha: 1}
+observability:
+  decision_log: {path: /tmp/d, rate: 1}
+";
+        let paths: Vec<String> = errs(text)
+            .iter()
+            .map(|e| e.split(": ").next().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "sever",
+                "server.listn",
+                "models[0].polcy",
+                "replicas[0].weight",
+                "discovery.consul",
+                "discovery.dns[0].ttl",
+                "routing.cost_model.alpha",
+                "observability.decision_log.rate",
+            ]
+        );
+        assert_eq!(
+            one_err(&minimal_with("server: {listn: 1}\n")),
+            "server.listn: unknown key; expected one of: listen, admin_listen, cores, request_timeout, header_read_timeout, shutdown_timeout, max_body_bytes, reload_interval, connect_timeout, pool_idle_timeout, pool_max_idle"
+        );
+        assert_eq!(
+            one_err(&minimal_with("logging: {log_prompt: true}\n")),
+            "logging.log_prompt: unknown key; expected one of: log_prompts"
+        );
+    }
+
+    #[test]
+    fn odd_keys_are_quoted_in_paths() {
+        assert!(one_err(&minimal_with("retry: {\"max attempts\": 1}\n"))
+            .starts_with("retry[\"max attempts\"]: unknown key"));
+        assert!(one_err(&minimal_with("retry: {1: 1}\n")).starts_with("retry.1: unknown key"));
+        assert!(
+            one_err(&minimal_with("routing: {split: {\"p 2c\": 100}}\n"))
+                .starts_with("routing.split[\"p 2c\"]: unknown policy \"p 2c\"")
+        );
+    }
+
+    #[test]
+    fn absent_empty_and_null_sections_and_fields_take_defaults() {
+        let defaults = ok(MINIMAL);
+        for extra in [
+            "server:\n",
+            "server: {}\n",
+            "server: {listen: null, cores: ~}\n",
+            "routing: {cost_model: {}}\nhealth:\nretry: {}\nobservability: {decision_log: null}\n",
+        ] {
+            assert_eq!(ok(&minimal_with(extra)), defaults, "{extra:?}");
+        }
+    }
+
+    #[test]
+    fn a_section_of_the_wrong_type_is_one_problem() {
+        assert_eq!(
+            one_err(&minimal_with("health: 5\n")),
+            "health: expected a mapping with keys interval, timeout, unhealthy_threshold, ejection_backoff, max_ejection_backoff, max_ejection_percent (got 5)"
+        );
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\ndiscovery: {dns: {}}\n"),
+            "discovery.dns: expected a list (got a mapping)"
+        );
+        assert_eq!(
+            one_err("- a\n- b\n"),
+            "expected a mapping of sections (server, models, replicas, discovery, routing, health, retry, load, tokenizer, index, observability, logging) at the top level (got a list)"
+        );
+        // A replica that is not a mapping is reported once, without "required" for its keys.
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas: [r0]\n"),
+            "replicas[0]: expected a mapping with keys id, url, models, max_concurrency, max_pending, kv_capacity_blocks (got \"r0\")"
+        );
+    }
+
+    #[test]
+    fn durations_in_every_form_and_zero_only_where_allowed() {
+        let config = ok(&minimal_with(
+            "server: {request_timeout: 90, header_read_timeout: \"15\", shutdown_timeout: 0, reload_interval: \"0\", connect_timeout: 1.5s, pool_idle_timeout: 250us}\nretry: {backoff: 0, max_backoff: 2m}\ntokenizer: {max_wait: 0ms}\nhealth: {interval: 1h, timeout: 500ms}\n",
+        ));
+        assert_eq!(config.server.request_timeout, Duration::from_secs(90));
+        assert_eq!(config.server.header_read_timeout, Duration::from_secs(15));
+        assert_eq!(config.server.shutdown_timeout, Duration::ZERO);
+        assert_eq!(config.server.reload_interval, Duration::ZERO);
+        assert_eq!(config.server.connect_timeout, Duration::from_millis(1500));
+        assert_eq!(config.server.pool_idle_timeout, Duration::from_micros(250));
+        assert_eq!(config.retry.backoff, Duration::ZERO);
+        assert_eq!(config.retry.max_backoff, Duration::from_secs(120));
+        assert_eq!(config.tokenizer.max_wait, Duration::ZERO);
+        assert_eq!(config.health.interval, Duration::from_secs(3600));
+
+        assert_eq!(
+            errs(&minimal_with(
+                "server: {request_timeout: 0, header_read_timeout: 0s, connect_timeout: \"0\", pool_idle_timeout: 0ms}\nload: {scrape_interval: 0, scrape_timeout: 0, max_age: 0}\nhealth: {interval: 0}\n"
+            )),
+            [
+                "server.request_timeout: must be greater than 0 (got 0)",
+                "server.header_read_timeout: must be greater than 0 (got \"0s\")",
+                "server.connect_timeout: must be greater than 0 (got \"0\")",
+                "server.pool_idle_timeout: must be greater than 0 (got \"0ms\")",
+                "health.interval: must be greater than 0 (got 0)",
+                "load.scrape_interval: must be greater than 0 (got 0)",
+                "load.scrape_timeout: must be greater than 0 (got 0)",
+                "load.max_age: must be greater than 0 (got 0)",
+            ]
+        );
+        assert_eq!(
+            errs(&minimal_with(
+                "server: {request_timeout: -5, shutdown_timeout: 1.5, reload_interval: [1], header_read_timeout: five}\n"
+            )),
+            [
+                "server.request_timeout: must not be negative (got -5)",
+                "server.header_read_timeout: expected a duration like \"500ms\", \"2s\" or \"1m\" (got \"five\")",
+                "server.shutdown_timeout: a bare number means whole seconds; add a unit, like \"1.5s\"",
+                "server.reload_interval: expected a duration like \"500ms\", \"2s\" or \"1m\" (got a list)",
+            ]
+        );
+        assert_eq!(
+            one_err(&minimal_with("retry: {backoff: 5sec}\n")),
+            "retry.backoff: unknown duration unit \"sec\" in \"5sec\"; expected one of: ns, us, ms, s, m, h"
+        );
+    }
+
+    #[test]
+    fn sizes_accept_bytes_and_units() {
+        for (text, bytes) in [
+            ("1048576", 1 << 20),
+            ("\"32MiB\"", 32 << 20),
+            ("64KiB", 64 << 10),
+            ("1GiB", 1 << 30),
+            ("100KB", 100_000),
+            ("5MB", 5_000_000),
+        ] {
+            let config = ok(&minimal_with(&format!(
+                "server: {{max_body_bytes: {text}}}\n"
+            )));
+            assert_eq!(config.server.max_body_bytes, bytes, "{text}");
+        }
+        assert_eq!(
+            one_err(&minimal_with("server: {max_body_bytes: 0}\n")),
+            "server.max_body_bytes: must be at least 1 bytes (got 0)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("server: {max_body_bytes: 32M}\n")),
+            "server.max_body_bytes: unknown size unit \"M\" in \"32M\"; expected one of: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+        );
+        assert!(one_err(&minimal_with("server: {max_body_bytes: -1}\n"))
+            .starts_with("server.max_body_bytes: expected a whole number of bytes"));
+    }
+
+    #[test]
+    fn counts_addresses_and_scalars() {
+        let config = ok(&minimal_with(
+            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, epsilon: 0.5}\n",
+        ));
+        assert_eq!(config.server.cores, Count::Fixed(6));
+        assert_eq!(
+            config.server.listen,
+            "[::]:8000".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(config.server.pool_max_idle, 0);
+        assert_eq!(config.tokenizer.workers, Count::Auto);
+        assert_eq!(config.tokenizer.cache_tokens, 0);
+        assert_eq!(config.index.shards, Count::Fixed(2));
+        assert_eq!(config.routing.seed, Some(7));
+        assert_eq!(config.routing.kappa, 1.0);
+        assert_eq!(config.routing.epsilon, 0.5);
+
+        assert_eq!(
+            errs(&minimal_with(
+                "server: {cores: 0, listen: localhost:8080, admin_listen: 9090}\ntokenizer: {workers: four}\nrouting: {session_affinity: yes, epsilon: 0, kappa: 1.5, seed: -1}\nobservability: {trace_sample_ratio: 1.1, otlp_endpoint: localhost:4318}\nhealth: {max_ejection_percent: 101, unhealthy_threshold: 0}\nretry: {max_attempts: 0}\n"
+            )),
+            [
+                "server.listen: expected an IP address and port like 0.0.0.0:8080 or [::]:8080; host names are not resolved (got \"localhost:8080\")",
+                "server.admin_listen: expected an IP address and port like 0.0.0.0:8080 or [::]:8080; host names are not resolved (got 9090)",
+                "server.cores: expected auto or a whole number >= 1 (got 0)",
+                "routing.epsilon: must be greater than 0 (got 0)",
+                "routing.kappa: must be greater than 0 and at most 1 (got 1.5)",
+                "routing.session_affinity: expected true or false (got \"yes\")",
+                "routing.seed: must be at least 0 (got -1)",
+                "health.unhealthy_threshold: must be at least 1 (got 0)",
+                "health.max_ejection_percent: must be at most 100 (got 101)",
+                "retry.max_attempts: must be at least 1 (got 0)",
+                "tokenizer.workers: expected auto or a whole number >= 1 (got \"four\")",
+                "observability.otlp_endpoint: must start with http:// or https:// (got \"localhost:4318\")",
+                "observability.trace_sample_ratio: must be between 0 and 1 (got 1.1)",
+            ]
+        );
+        assert_eq!(
+            one_err(&minimal_with(
+                "routing: {cost_model: {prefill_pair_secs: -1e-9}}\n"
+            )),
+            "routing.cost_model.prefill_pair_secs: must not be negative (got -1e-9)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("routing: {epsilon: .nan}\n")),
+            "routing.epsilon: expected a number (got .nan)"
+        );
+    }
+
+    #[test]
+    fn models_are_required_and_checked() {
+        assert_eq!(
+            one_err("replicas: [{id: r, url: 'http://a:1', models: [m]}]\n"),
+            "models: required; list at least one model"
+        );
+        assert_eq!(
+            one_err("models: m\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\n"),
+            "models: expected a list (got \"m\")"
+        );
+        assert_eq!(
+            errs("models: [{aliases: [x, \"\"], block_size: 0, tokenizer: 5, chat_template_kwargs: [1]}]\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\n"),
+            [
+                "models[0].name: required",
+                "models[0].aliases[1]: must not be empty",
+                "models[0].tokenizer: expected a string (got 5)",
+                "models[0].block_size: must be at least 1 (got 0)",
+                "models[0].chat_template_kwargs: expected a mapping (got a list)",
+            ]
+        );
+        let config = ok("models:\n  - name: m\n    policy: round_robin\n    chat_template: /t.jinja\n    chat_template_kwargs: {enable_thinking: false, n: [1, 2]}\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\n");
+        let model = &config.models[0];
+        assert_eq!(model.policy, Some(PolicyKind::RoundRobin));
+        assert_eq!(model.chat_template.as_deref(), Some("/t.jinja"));
+        assert_eq!(model.chat_template_kwargs.len(), 2);
+    }
+
+    #[test]
+    fn replica_fields_are_required_and_checked() {
+        assert_eq!(
+            errs("models: [{name: m}]\nreplicas:\n  - {}\n  - {id: 'gpu 0', url: 'https://a:1', models: []}\n  - {id: r2, url: 'http://a:2/v1', models: [m], max_concurrency: 0, max_pending: 0, kv_capacity_blocks: 0}\n"),
+            [
+                "replicas[0].id: required",
+                "replicas[0].url: required",
+                "replicas[0].models: required",
+                "replicas[1].id: must use only letters, digits, '.', '_' and '-' (got \"gpu 0\")",
+                "replicas[1].url: https is not supported yet; put a TLS-terminating proxy in front",
+                "replicas[1].models: must list at least one model",
+                "replicas[2].url: must not have a path (got \"/v1\" in \"http://a:2/v1\"); give the engine's base URL, like http://10.0.0.10:8000",
+                "replicas[2].max_concurrency: must be at least 1 (got 0)",
+                "replicas[2].max_pending: must be at least 1 (got 0)",
+                "replicas[2].kv_capacity_blocks: must be at least 1 (got 0)",
+            ]
+        );
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas: [{id: r0, url: 'ftp://x', models: [m]}]\n"),
+            "replicas[0].url: must start with http:// (got \"ftp://x\")"
+        );
+        let config = ok("models: [{name: m}]\nreplicas: [{id: v6, url: 'http://[::1]:8000/', models: [m], kv_capacity_blocks: 100}]\n");
+        assert_eq!(config.replicas[0].url.host, "::1");
+        assert_eq!(config.replicas[0].url.authority(), "[::1]:8000");
+        assert_eq!(config.replicas[0].kv_capacity_blocks, Some(100));
+    }
+
+    #[test]
+    fn replicas_may_be_absent_only_with_a_dns_group() {
+        let config = ok("models: [{name: m}]\ndiscovery:\n  dns:\n    - {name: pool, url: 'http://pool.svc:8000', models: [m]}\n");
+        assert!(config.replicas.is_empty());
+        assert_eq!(config.discovery.dns[0].refresh, Duration::from_secs(2));
+        assert_eq!(config.discovery.dns[0].url.port, 8000);
+        ok("models: [{name: m}]\nreplicas: []\ndiscovery: {dns: [{name: pool, url: 'http://p', models: [m], refresh: 10s}]}\n");
+        assert_eq!(
+            one_err("models: [{name: m}]\ndiscovery: {dns: []}\n"),
+            "replicas: required; list at least one replica (or add a discovery.dns group)"
+        );
+        assert_eq!(
+            errs("models: [{name: m}]\ndiscovery: {dns: [{name: 'a b', refresh: 0}]}\n"),
+            [
+                "discovery.dns[0].name: must use only letters, digits, '.', '_' and '-' (got \"a b\")",
+                "discovery.dns[0].url: required",
+                "discovery.dns[0].models: required",
+                "discovery.dns[0].refresh: must be greater than 0 (got 0)",
+            ]
+        );
+    }
+
+    #[test]
+    fn policies_split_and_shadow() {
+        let config = ok(&minimal_with(
+            "routing: {default_policy: p2c, split: {round_robin: 70, random: 30}, shadow: [least_request, p2c]}\n",
+        ));
+        assert_eq!(config.routing.default_policy, PolicyKind::P2c);
+        assert_eq!(config.routing.split.len(), 2);
+        assert_eq!(config.routing.split[&PolicyKind::RoundRobin], 70);
+        assert_eq!(
+            config.routing.shadow,
+            [PolicyKind::LeastRequest, PolicyKind::P2c]
+        );
+        assert_eq!(
+            errs(&minimal_with(
+                "routing: {default_policy: 3, split: {foo: 50, p2c: 101}, shadow: [bar]}\n"
+            )),
+            [
+                "routing.default_policy: unknown policy 3; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+                "routing.split.foo: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+                "routing.split.p2c: must be at most 100 (got 101)",
+                "routing.shadow[0]: unknown policy \"bar\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+            ]
+        );
+    }
+
+    #[test]
+    fn decision_log_needs_a_path() {
+        let config = ok(&minimal_with(
+            "observability: {decision_log: {path: /tmp/d.jsonl}, shadow_log: /tmp/s.jsonl}\n",
+        ));
+        let log = config.observability.decision_log.unwrap();
+        assert_eq!(log.path.to_str(), Some("/tmp/d.jsonl"));
+        assert_eq!(log.sample_rate, 0.01);
+        assert_eq!(
+            config.observability.shadow_log.unwrap().to_str(),
+            Some("/tmp/s.jsonl")
+        );
+        assert_eq!(
+            errs(&minimal_with(
+                "observability: {decision_log: {sample_rate: 2}}\n"
+            )),
+            [
+                "observability.decision_log.path: required",
+                "observability.decision_log.sample_rate: must be between 0 and 1 (got 2)",
+            ]
+        );
+    }
+}

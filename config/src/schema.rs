@@ -1,0 +1,465 @@
+//! The configuration types and their documented defaults. Plain data: no parsing, no I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use crate::upstream::UpstreamUrl;
+
+/// A whole, validated Inferrail configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Listeners, timeouts and upstream connection pooling.
+    pub server: Server,
+    /// The models served, in the order written.
+    pub models: Vec<Model>,
+    /// Statically configured engines.
+    pub replicas: Vec<Replica>,
+    /// Engines found by DNS.
+    pub discovery: Discovery,
+    /// Policy choice and guard parameters.
+    pub routing: Routing,
+    /// Active health checks and outlier ejection.
+    pub health: Health,
+    /// Retries before the first response byte.
+    pub retry: Retry,
+    /// Engine load scraping.
+    pub load: Load,
+    /// The tokenizer thread pool.
+    pub tokenizer: TokenizerPool,
+    /// The KV index.
+    pub index: Index,
+    /// Tracing and decision logs.
+    pub observability: Observability,
+    /// What may be logged.
+    pub logging: Logging,
+}
+
+impl Config {
+    /// The index in `models` of the model with this name or alias.
+    pub fn model_index(&self, name_or_alias: &str) -> Option<usize> {
+        self.models
+            .iter()
+            .position(|m| m.name == name_or_alias)
+            .or_else(|| {
+                self.models
+                    .iter()
+                    .position(|m| m.aliases.iter().any(|a| a == name_or_alias))
+            })
+    }
+}
+
+/// The `server` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Server {
+    /// Client-facing listener (OpenAI API). Default `0.0.0.0:8080`.
+    pub listen: SocketAddr,
+    /// Admin listener (metrics, health, explain, live config). Default `127.0.0.1:9090`.
+    pub admin_listen: SocketAddr,
+    /// Data cores: `auto` (every available core) or a fixed number.
+    pub cores: Count,
+    /// Whole-request deadline. Default 600s, > 0.
+    pub request_timeout: Duration,
+    /// Deadline for a client's request head. Default 30s, > 0.
+    pub header_read_timeout: Duration,
+    /// Grace period for in-flight requests on shutdown. Default 30s.
+    pub shutdown_timeout: Duration,
+    /// Largest accepted request body. Default 32 MiB, > 0.
+    pub max_body_bytes: u64,
+    /// How often the config file is checked for changes; 0 disables. Default 2s.
+    pub reload_interval: Duration,
+    /// Upstream TCP connect timeout. Default 2s, > 0.
+    pub connect_timeout: Duration,
+    /// Idle upstream keep-alive connections are closed after this (vLLM closes its own idle
+    /// connections after 5s, so keep it below that). Default 2s, > 0.
+    pub pool_idle_timeout: Duration,
+    /// Idle upstream connections kept per replica per core. Default 64.
+    pub pool_max_idle: usize,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 8080)),
+            admin_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 9090)),
+            cores: Count::Auto,
+            request_timeout: Duration::from_secs(600),
+            header_read_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+            max_body_bytes: 32 * 1024 * 1024,
+            reload_interval: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            pool_idle_timeout: Duration::from_secs(2),
+            pool_max_idle: 64,
+        }
+    }
+}
+
+/// A thread count: `auto` (decided at start from the machine) or a fixed number >= 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Count {
+    /// Decided at start from the cores available.
+    #[default]
+    Auto,
+    /// Exactly this many (>= 1).
+    Fixed(usize),
+}
+
+impl Count {
+    /// The fixed number, or `auto` when the count is automatic.
+    pub fn resolve(self, auto: usize) -> usize {
+        match self {
+            Count::Auto => auto,
+            Count::Fixed(n) => n,
+        }
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Count::Auto => f.write_str("auto"),
+            Count::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// One entry of `models`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// The canonical name, as the engines serve it.
+    pub name: String,
+    /// Other names clients may use.
+    pub aliases: Vec<String>,
+    /// This model's policy; `routing.default_policy` when `None`.
+    pub policy: Option<PolicyKind>,
+    /// Tokenizer: a directory, an `org/name` in the local HF cache, or `builtin:sim`.
+    pub tokenizer: Option<String>,
+    /// The engines' KV block size in tokens; learned from their metrics when `None`.
+    pub block_size: Option<u32>,
+    /// Chat template override (a path or the template text); the tokenizer's own when `None`.
+    pub chat_template: Option<String>,
+    /// Extra variables passed to the chat template.
+    pub chat_template_kwargs: BTreeMap<String, serde_yaml::Value>,
+}
+
+/// One entry of `replicas`: a statically configured engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replica {
+    /// Unique id: letters, digits, `.`, `_`, `-`.
+    pub id: String,
+    /// The engine's base URL.
+    pub url: UpstreamUrl,
+    /// Canonical names of the models it serves (at least one).
+    pub models: Vec<String>,
+    /// Most requests in flight at once. Default 512, >= 1.
+    pub max_concurrency: u32,
+    /// Most requests queued at the router when it is full. Default 256, >= 1.
+    pub max_pending: u32,
+    /// KV cache size in blocks; learned from the engine (or `index.default_capacity_blocks`)
+    /// when `None`.
+    pub kv_capacity_blocks: Option<u64>,
+}
+
+impl Replica {
+    /// Default `max_concurrency`, also used for DNS-discovered replicas.
+    pub const DEFAULT_MAX_CONCURRENCY: u32 = 512;
+    /// Default `max_pending`, also used for DNS-discovered replicas.
+    pub const DEFAULT_MAX_PENDING: u32 = 256;
+}
+
+/// A routing policy, by its config name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyKind {
+    /// `round_robin`.
+    RoundRobin,
+    /// `random`.
+    Random,
+    /// `least_request`: fewest in flight.
+    LeastRequest,
+    /// `p2c`: power of two choices on in-flight requests.
+    P2c,
+    /// `prefix_hash`: consistent hashing on the prompt prefix (not in this release).
+    PrefixHash,
+    /// `kv_aware`: most predicted cached tokens (not in this release).
+    KvAware,
+    /// `cost_model`: lowest predicted TTFT (not in this release).
+    CostModel,
+}
+
+impl PolicyKind {
+    /// Every policy, in documentation order.
+    pub const ALL: [PolicyKind; 7] = [
+        PolicyKind::RoundRobin,
+        PolicyKind::Random,
+        PolicyKind::LeastRequest,
+        PolicyKind::P2c,
+        PolicyKind::PrefixHash,
+        PolicyKind::KvAware,
+        PolicyKind::CostModel,
+    ];
+
+    /// The config name (`round_robin`, `least_request`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PolicyKind::RoundRobin => "round_robin",
+            PolicyKind::Random => "random",
+            PolicyKind::LeastRequest => "least_request",
+            PolicyKind::P2c => "p2c",
+            PolicyKind::PrefixHash => "prefix_hash",
+            PolicyKind::KvAware => "kv_aware",
+            PolicyKind::CostModel => "cost_model",
+        }
+    }
+
+    /// The policy with this config name.
+    pub fn from_name(name: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// Whether this release implements it: round_robin, random, least_request and p2c.
+    pub fn is_implemented(&self) -> bool {
+        matches!(
+            self,
+            PolicyKind::RoundRobin
+                | PolicyKind::Random
+                | PolicyKind::LeastRequest
+                | PolicyKind::P2c
+        )
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `routing` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routing {
+    /// Policy for models without their own. Default `least_request`.
+    pub default_policy: PolicyKind,
+    /// Traffic split between policies in percent (summing to 100); empty means no split.
+    pub split: BTreeMap<PolicyKind, u32>,
+    /// Policies evaluated alongside the real one, for comparison only.
+    pub shadow: Vec<PolicyKind>,
+    /// Bounded load: no replica above `ceil((1 + epsilon) * (in_flight + 1) / n)`. Default 1.0, > 0.
+    pub epsilon: f64,
+    /// KV pressure threshold, as a fraction of capacity. Default 0.92, in (0, 1].
+    pub kappa: f64,
+    /// Keep a session on the replica that served it. Default false.
+    pub session_affinity: bool,
+    /// Seed for random choices; from entropy at start when `None`.
+    pub seed: Option<u64>,
+    /// Cost-model coefficients.
+    pub cost_model: CostModelParams,
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Routing {
+            default_policy: PolicyKind::LeastRequest,
+            split: BTreeMap::new(),
+            shadow: Vec::new(),
+            epsilon: 1.0,
+            kappa: 0.92,
+            session_affinity: false,
+            seed: None,
+            cost_model: CostModelParams::default(),
+        }
+    }
+}
+
+/// Prefill time `P(u, c) = a*u + b*u*(c + u/2) + d` for `u` tokens to compute and `c` cached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModelParams {
+    /// `a`, seconds per computed token. Default 0.0001, >= 0.
+    pub prefill_token_secs: f64,
+    /// `b`, seconds per attention pair. Default 3.3e-9, >= 0.
+    pub prefill_pair_secs: f64,
+    /// `d`, fixed seconds per prefill. Default 0.005, >= 0.
+    pub prefill_fixed_secs: f64,
+}
+
+impl Default for CostModelParams {
+    fn default() -> Self {
+        CostModelParams {
+            prefill_token_secs: 0.0001,
+            prefill_pair_secs: 3.3e-9,
+            prefill_fixed_secs: 0.005,
+        }
+    }
+}
+
+/// The `health` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// Time between probes. Default 1s, > 0.
+    pub interval: Duration,
+    /// Probe timeout. Default 500ms, > 0 and < `interval`.
+    pub timeout: Duration,
+    /// Consecutive failures before a replica is ejected. Default 3, >= 1.
+    pub unhealthy_threshold: u32,
+    /// First ejection period, doubled on each repeat. Default 5s, > 0.
+    pub ejection_backoff: Duration,
+    /// Longest ejection period. Default 300s, >= `ejection_backoff`.
+    pub max_ejection_backoff: Duration,
+    /// Most replicas of a model ejected at once, in percent. Default 50, 0..=100.
+    pub max_ejection_percent: u32,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            unhealthy_threshold: 3,
+            ejection_backoff: Duration::from_secs(5),
+            max_ejection_backoff: Duration::from_secs(300),
+            max_ejection_percent: 50,
+        }
+    }
+}
+
+/// The `retry` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    /// Attempts per request, the first included. Default 3, >= 1.
+    pub max_attempts: u32,
+    /// First backoff between attempts. Default 25ms.
+    pub backoff: Duration,
+    /// Longest backoff. Default 1s, >= `backoff`.
+    pub max_backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            max_attempts: 3,
+            backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The `load` section: scraping the engines' own load metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Load {
+    /// Time between scrapes. Default 100ms, > 0.
+    pub scrape_interval: Duration,
+    /// Scrape timeout. Default 100ms, > 0.
+    pub scrape_timeout: Duration,
+    /// A report older than this is ignored. Default 250ms, > 0.
+    pub max_age: Duration,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Load {
+            scrape_interval: Duration::from_millis(100),
+            scrape_timeout: Duration::from_millis(100),
+            max_age: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The `tokenizer` section: the tokenizer thread pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenizerPool {
+    /// Tokenizer threads. Default `auto`.
+    pub workers: Count,
+    /// Longest a request waits for tokens before it is routed without them. Default 50ms.
+    pub max_wait: Duration,
+    /// Tokens kept in the tokenization cache; 0 disables it. Default 1,000,000.
+    pub cache_tokens: u64,
+}
+
+impl Default for TokenizerPool {
+    fn default() -> Self {
+        TokenizerPool {
+            workers: Count::Auto,
+            max_wait: Duration::from_millis(50),
+            cache_tokens: 1_000_000,
+        }
+    }
+}
+
+/// The `index` section: the KV index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Index {
+    /// Index shards. Default `auto`.
+    pub shards: Count,
+    /// KV capacity assumed for a replica until it is known. Default 16384, >= 1.
+    pub default_capacity_blocks: u64,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            shards: Count::Auto,
+            default_capacity_blocks: 16384,
+        }
+    }
+}
+
+/// The `discovery` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Discovery {
+    /// DNS groups: every address a name resolves to is a replica.
+    pub dns: Vec<DnsGroup>,
+}
+
+/// One entry of `discovery.dns`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DnsGroup {
+    /// Unique group name; discovered replicas are named after it.
+    pub name: String,
+    /// URL whose host is resolved; every address becomes a replica on that port.
+    pub url: UpstreamUrl,
+    /// Canonical names of the models every replica of the group serves.
+    pub models: Vec<String>,
+    /// Time between resolutions. Default 2s, > 0.
+    pub refresh: Duration,
+}
+
+impl DnsGroup {
+    /// Default `refresh`.
+    pub const DEFAULT_REFRESH: Duration = Duration::from_secs(2);
+}
+
+/// The `observability` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Observability {
+    /// OTLP/HTTP traces endpoint; no tracing when `None`.
+    pub otlp_endpoint: Option<String>,
+    /// Fraction of requests traced. Default 0.0, in [0, 1].
+    pub trace_sample_ratio: f64,
+    /// Routing decision log; none when `None`.
+    pub decision_log: Option<DecisionLog>,
+    /// Shadow policy comparison log (JSON lines); none when `None`.
+    pub shadow_log: Option<PathBuf>,
+}
+
+/// `observability.decision_log`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionLog {
+    /// JSON-lines file.
+    pub path: PathBuf,
+    /// Fraction of decisions logged. Default 0.01, in [0, 1].
+    pub sample_rate: f64,
+}
+
+impl DecisionLog {
+    /// Default `sample_rate`.
+    pub const DEFAULT_SAMPLE_RATE: f64 = 0.01;
+}
+
+/// The `logging` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Logging {
+    /// Log prompt text (off by default: prompts may hold private data).
+    pub log_prompts: bool,
+}

@@ -1,0 +1,519 @@
+//! Checks across fields, run after decoding: uniqueness, references between sections, policies
+//! available in this release, and pairs of values that must agree. Every failure is a
+//! [`Problem`] with the path of the value to change.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::error::Problem;
+use crate::schema::{Config, PolicyKind};
+use crate::units::format_duration;
+use crate::walk::{index, is_placeholder, join, Incomplete};
+
+/// Appends every cross-field problem of `config` to `problems`. Checks that read a value which
+/// already failed to decode are skipped, so one mistake is reported once.
+pub(crate) fn validate(config: &Config, incomplete: Incomplete, problems: &mut Vec<Problem>) {
+    let mut v = Validator {
+        config,
+        incomplete,
+        decode_failed: problems.iter().map(|p| p.path.clone()).collect(),
+        problems,
+    };
+    v.listeners();
+    v.model_names();
+    v.replicas();
+    v.dns_groups();
+    v.served();
+    v.policies();
+    v.split();
+    v.ordered_pairs();
+}
+
+struct Validator<'a> {
+    config: &'a Config,
+    incomplete: Incomplete,
+    /// Paths that already have a decode problem (their value is a default or placeholder).
+    decode_failed: Vec<String>,
+    problems: &'a mut Vec<Problem>,
+}
+
+impl Validator<'_> {
+    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem::new(path, message));
+    }
+
+    fn decoded(&self, path: &str) -> bool {
+        !self.decode_failed.iter().any(|p| p == path)
+    }
+
+    fn listeners(&mut self) {
+        let server = &self.config.server;
+        let (listen, admin) = (server.listen, server.admin_listen);
+        // Port 0 asks the OS for a free port each time: two such listeners never clash.
+        let overlap = listen.port() == admin.port()
+            && listen.port() != 0
+            && (listen.ip() == admin.ip()
+                || listen.ip().is_unspecified()
+                || admin.ip().is_unspecified());
+        if overlap && self.decoded("server.listen") && self.decoded("server.admin_listen") {
+            self.problem(
+                "server.admin_listen",
+                format!("conflicts with server.listen ({listen}); use another port"),
+            );
+        }
+    }
+
+    /// Model names unique; aliases unique and never another model's name.
+    fn model_names(&mut self) {
+        let models = &self.config.models;
+        let mut names: HashMap<&str, String> = HashMap::new();
+        for (i, model) in models.iter().enumerate() {
+            if model.name.is_empty() {
+                continue;
+            }
+            let path = join(&index("models", i), "name");
+            if let Some(first) = names.get(model.name.as_str()) {
+                let message = format!("duplicate model name {:?} (also {first})", model.name);
+                self.problem(path, message);
+            } else {
+                names.insert(&model.name, path);
+            }
+        }
+        let mut aliases: HashMap<&str, String> = HashMap::new();
+        for (i, model) in models.iter().enumerate() {
+            for (k, alias) in model.aliases.iter().enumerate() {
+                let path = index(&join(&index("models", i), "aliases"), k);
+                if *alias == model.name {
+                    self.problem(path, "repeats the model's own name");
+                } else if let Some(owner) = names.get(alias.as_str()) {
+                    let message = format!("alias {alias:?} is already the name of {owner}");
+                    self.problem(path, message);
+                } else if let Some(first) = aliases.get(alias.as_str()) {
+                    let message = format!("duplicate alias {alias:?} (also {first})");
+                    self.problem(path, message);
+                } else {
+                    aliases.insert(alias, path);
+                }
+            }
+        }
+    }
+
+    /// Replica ids unique, urls unique, models known.
+    fn replicas(&mut self) {
+        let replicas = &self.config.replicas;
+        let mut ids: HashMap<&str, String> = HashMap::new();
+        for (i, replica) in replicas.iter().enumerate() {
+            let base = index("replicas", i);
+            if !replica.id.is_empty() {
+                let path = join(&base, "id");
+                if let Some(first) = ids.get(replica.id.as_str()) {
+                    let message = format!("duplicate replica id {:?} (also {first})", replica.id);
+                    self.problem(path, message);
+                } else {
+                    ids.insert(&replica.id, path);
+                }
+            }
+            if !is_placeholder(&replica.url) {
+                let earlier = replicas[..i]
+                    .iter()
+                    .position(|r| !is_placeholder(&r.url) && r.url.same_endpoint(&replica.url));
+                if let Some(j) = earlier {
+                    let message = format!(
+                        "same engine as replicas[{j}].url ({:?}); list each engine once",
+                        replicas[j].url.original
+                    );
+                    self.problem(join(&base, "url"), message);
+                }
+            }
+            self.model_refs(&join(&base, "models"), &replica.models);
+        }
+    }
+
+    /// DNS group names unique (and not a replica id), models known.
+    fn dns_groups(&mut self) {
+        let config = self.config;
+        let mut names: HashMap<&str, String> = config
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.id.is_empty())
+            .map(|(i, r)| (r.id.as_str(), join(&index("replicas", i), "id")))
+            .collect();
+        for (i, group) in config.discovery.dns.iter().enumerate() {
+            let base = index("discovery.dns", i);
+            if !group.name.is_empty() {
+                let path = join(&base, "name");
+                if let Some(first) = names.get(group.name.as_str()) {
+                    let message = format!("duplicate name {:?} (also {first})", group.name);
+                    self.problem(path, message);
+                } else {
+                    names.insert(&group.name, path);
+                }
+            }
+            self.model_refs(&join(&base, "models"), &group.models);
+        }
+    }
+
+    /// Each name in a replica's or group's `models` is a canonical model name, listed once.
+    fn model_refs(&mut self, path: &str, refs: &[String]) {
+        if self.incomplete.model_names {
+            return;
+        }
+        let models = &self.config.models;
+        for (k, name) in refs.iter().enumerate() {
+            let item = index(path, k);
+            if refs[..k].contains(name) {
+                self.problem(item, format!("model {name:?} is listed twice"));
+            } else if models.iter().any(|m| m.name == *name) {
+                continue;
+            } else if let Some(model) = models.iter().find(|m| m.aliases.contains(name)) {
+                let message = format!(
+                    "{name:?} is an alias; name the model by its canonical name {:?}",
+                    model.name
+                );
+                self.problem(item, message);
+            } else {
+                let known: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+                let message = format!(
+                    "unknown model {name:?}; expected one of: {}",
+                    known.join(", ")
+                );
+                self.problem(item, message);
+            }
+        }
+    }
+
+    /// Every model is served by at least one replica or DNS group.
+    fn served(&mut self) {
+        let config = self.config;
+        // With no replica and no group at all, `replicas` is already reported as required.
+        let fleet_empty = config.replicas.is_empty() && config.discovery.dns.is_empty();
+        if self.incomplete.serving || fleet_empty {
+            return;
+        }
+        for (i, model) in config.models.iter().enumerate() {
+            if model.name.is_empty() {
+                continue;
+            }
+            let served = config
+                .replicas
+                .iter()
+                .any(|r| r.models.contains(&model.name))
+                || config
+                    .discovery
+                    .dns
+                    .iter()
+                    .any(|g| g.models.contains(&model.name));
+            if !served {
+                self.problem(
+                    join(&index("models", i), "name"),
+                    "no replica or discovery.dns group serves this model",
+                );
+            }
+        }
+    }
+
+    /// Every policy named anywhere is implemented in this release.
+    fn policies(&mut self) {
+        let config = self.config;
+        let routing = &config.routing;
+        if self.decoded("routing.default_policy") {
+            self.implemented("routing.default_policy".to_string(), routing.default_policy);
+        }
+        for (i, model) in config.models.iter().enumerate() {
+            if let Some(policy) = model.policy {
+                self.implemented(join(&index("models", i), "policy"), policy);
+            }
+        }
+        for policy in routing.split.keys() {
+            self.implemented(join("routing.split", policy.as_str()), *policy);
+        }
+        for (j, policy) in routing.shadow.iter().enumerate() {
+            let path = index("routing.shadow", j);
+            if routing.shadow[..j].contains(policy) {
+                self.problem(
+                    path,
+                    format!("policy {:?} is listed twice", policy.as_str()),
+                );
+            } else {
+                self.implemented(path, *policy);
+            }
+        }
+    }
+
+    fn implemented(&mut self, path: String, policy: PolicyKind) {
+        if policy.is_implemented() {
+            return;
+        }
+        let available: Vec<&str> = PolicyKind::ALL
+            .iter()
+            .filter(|p| p.is_implemented())
+            .map(PolicyKind::as_str)
+            .collect();
+        let message = format!(
+            "policy {:?} is not implemented in this release; available: {}",
+            policy.as_str(),
+            available.join(", ")
+        );
+        self.problem(path, message);
+    }
+
+    fn split(&mut self) {
+        let split = &self.config.routing.split;
+        if self.incomplete.split || split.is_empty() {
+            return;
+        }
+        let sum: u64 = split.values().map(|&p| u64::from(p)).sum();
+        if sum != 100 {
+            self.problem(
+                "routing.split",
+                format!("percentages must add up to 100 (got {sum})"),
+            );
+        }
+    }
+
+    /// Pairs where one duration must stay below (or above) another.
+    fn ordered_pairs(&mut self) {
+        let health = &self.config.health;
+        let retry = &self.config.retry;
+        self.less_than(
+            "health.timeout",
+            health.timeout,
+            "health.interval",
+            health.interval,
+        );
+        self.at_least(
+            "health.max_ejection_backoff",
+            health.max_ejection_backoff,
+            "health.ejection_backoff",
+            health.ejection_backoff,
+        );
+        self.at_least(
+            "retry.max_backoff",
+            retry.max_backoff,
+            "retry.backoff",
+            retry.backoff,
+        );
+    }
+
+    fn less_than(&mut self, path: &str, value: Duration, other_path: &str, other: Duration) {
+        if value >= other && self.decoded(path) && self.decoded(other_path) {
+            let message = format!(
+                "must be less than {other_path} ({}) (got {})",
+                format_duration(other),
+                format_duration(value)
+            );
+            self.problem(path, message);
+        }
+    }
+
+    fn at_least(&mut self, path: &str, value: Duration, other_path: &str, other: Duration) {
+        if value < other && self.decoded(path) && self.decoded(other_path) {
+            let message = format!(
+                "must be at least {other_path} ({}) (got {})",
+                format_duration(other),
+                format_duration(value)
+            );
+            self.problem(path, message);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{errs, minimal_with, ok, one_err};
+
+    const NOT_IMPLEMENTED: &str =
+        "is not implemented in this release; available: round_robin, random, least_request, p2c";
+
+    #[test]
+    fn model_names_are_unique() {
+        assert_eq!(
+            one_err("models: [{name: m}, {name: m}]\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\n"),
+            "models[1].name: duplicate model name \"m\" (also models[0].name)"
+        );
+    }
+
+    #[test]
+    fn aliases_are_unique_and_never_a_model_name() {
+        assert_eq!(
+            errs(
+                "\
+models:
+  - {name: a, aliases: [x, b, a]}
+  - {name: b, aliases: [x, y, y]}
+replicas: [{id: r, url: 'http://h:1', models: [a, b]}]
+"
+            ),
+            [
+                "models[0].aliases[1]: alias \"b\" is already the name of models[1].name",
+                "models[0].aliases[2]: repeats the model's own name",
+                "models[1].aliases[0]: duplicate alias \"x\" (also models[0].aliases[0])",
+                "models[1].aliases[2]: duplicate alias \"y\" (also models[1].aliases[1])",
+            ]
+        );
+    }
+
+    #[test]
+    fn replica_ids_are_unique() {
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas:\n  - {id: r, url: 'http://a:1', models: [m]}\n  - {id: s, url: 'http://a:2', models: [m]}\n  - {id: r, url: 'http://a:3', models: [m]}\n"),
+            "replicas[2].id: duplicate replica id \"r\" (also replicas[0].id)"
+        );
+    }
+
+    #[test]
+    fn replica_urls_are_unique_however_spelled() {
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas:\n  - {id: r, url: 'http://Host:80', models: [m]}\n  - {id: s, url: 'http://host/', models: [m]}\n"),
+            "replicas[1].url: same engine as replicas[0].url (\"http://Host:80\"); list each engine once"
+        );
+    }
+
+    #[test]
+    fn dns_group_names_are_unique_and_distinct_from_replica_ids() {
+        assert_eq!(
+            errs("models: [{name: m}]\nreplicas: [{id: g, url: 'http://a:1', models: [m]}]\ndiscovery:\n  dns:\n    - {name: g, url: 'http://b:1', models: [m]}\n    - {name: h, url: 'http://c:1', models: [m]}\n    - {name: h, url: 'http://d:1', models: [m]}\n"),
+            [
+                "discovery.dns[0].name: duplicate name \"g\" (also replicas[0].id)",
+                "discovery.dns[2].name: duplicate name \"h\" (also discovery.dns[1].name)",
+            ]
+        );
+    }
+
+    #[test]
+    fn replica_models_must_exist_by_canonical_name() {
+        assert_eq!(
+            errs("\
+models:
+  - {name: sim-llama, aliases: [llama]}
+  - {name: other}
+replicas:
+  - {id: r0, url: 'http://a:1', models: [sim-llama, other]}
+  - {id: r1, url: 'http://a:2', models: [other, llama, mistral, other]}
+discovery:
+  dns: [{name: g, url: 'http://b:1', models: [gpt]}]
+"),
+            [
+                "replicas[1].models[1]: \"llama\" is an alias; name the model by its canonical name \"sim-llama\"",
+                "replicas[1].models[2]: unknown model \"mistral\"; expected one of: sim-llama, other",
+                "replicas[1].models[3]: model \"other\" is listed twice",
+                "discovery.dns[0].models[0]: unknown model \"gpt\"; expected one of: sim-llama, other",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_model_is_served() {
+        assert_eq!(
+            one_err("models: [{name: a}, {name: b}, {name: c}]\nreplicas: [{id: r, url: 'http://h:1', models: [a]}]\ndiscovery: {dns: [{name: g, url: 'http://d', models: [b]}]}\n"),
+            "models[2].name: no replica or discovery.dns group serves this model"
+        );
+    }
+
+    #[test]
+    fn unimplemented_policies_are_refused_wherever_they_are_named() {
+        let text = "\
+models:
+  - {name: m, policy: kv_aware}
+  - {name: n, policy: p2c}
+replicas: [{id: r, url: 'http://h:1', models: [m, n]}]
+routing:
+  default_policy: prefix_hash
+  split: {cost_model: 50, random: 50}
+  shadow: [round_robin, cost_model]
+";
+        assert_eq!(
+            errs(text),
+            [
+                format!("routing.default_policy: policy \"prefix_hash\" {NOT_IMPLEMENTED}"),
+                format!("models[0].policy: policy \"kv_aware\" {NOT_IMPLEMENTED}"),
+                format!("routing.split.cost_model: policy \"cost_model\" {NOT_IMPLEMENTED}"),
+                format!("routing.shadow[1]: policy \"cost_model\" {NOT_IMPLEMENTED}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn shadow_policies_are_listed_once() {
+        assert_eq!(
+            one_err(&minimal_with("routing: {shadow: [p2c, random, p2c]}\n")),
+            "routing.shadow[2]: policy \"p2c\" is listed twice"
+        );
+    }
+
+    #[test]
+    fn split_sums_to_100() {
+        assert_eq!(
+            one_err(&minimal_with("routing: {split: {p2c: 60, random: 30}}\n")),
+            "routing.split: percentages must add up to 100 (got 90)"
+        );
+        ok(&minimal_with("routing: {split: {p2c: 100, random: 0}}\n"));
+        ok(&minimal_with("routing: {split: {}}\n"));
+        // A broken entry is reported once, not again as a wrong sum.
+        assert_eq!(
+            one_err(&minimal_with("routing: {split: {p2c: 60, random: x}}\n")),
+            "routing.split.random: expected a whole number (got \"x\")"
+        );
+    }
+
+    #[test]
+    fn health_timeout_is_below_interval() {
+        assert_eq!(
+            one_err(&minimal_with("health: {interval: 1s, timeout: 1000ms}\n")),
+            "health.timeout: must be less than health.interval (1s) (got 1s)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("health: {interval: 200ms}\n")),
+            "health.timeout: must be less than health.interval (200ms) (got 500ms)"
+        );
+        // A broken interval is reported once, not compared through its default.
+        assert_eq!(
+            one_err(&minimal_with("health: {interval: x, timeout: 2s}\n")),
+            "health.interval: expected a duration like \"500ms\", \"2s\" or \"1m\" (got \"x\")"
+        );
+    }
+
+    #[test]
+    fn max_backoffs_are_at_least_their_backoff() {
+        assert_eq!(
+            one_err(&minimal_with("retry: {backoff: 2s}\n")),
+            "retry.max_backoff: must be at least retry.backoff (2s) (got 1s)"
+        );
+        ok(&minimal_with("retry: {backoff: 1s, max_backoff: 1s}\n"));
+        ok(&minimal_with(
+            "server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0}\n",
+        ));
+        assert_eq!(
+            one_err(&minimal_with("health: {ejection_backoff: 10m}\n")),
+            "health.max_ejection_backoff: must be at least health.ejection_backoff (600s) (got 300s)"
+        );
+    }
+
+    #[test]
+    fn listeners_do_not_overlap() {
+        assert_eq!(
+            one_err(&minimal_with(
+                "server: {listen: 0.0.0.0:9000, admin_listen: 127.0.0.1:9000}\n"
+            )),
+            "server.admin_listen: conflicts with server.listen (0.0.0.0:9000); use another port"
+        );
+        ok(&minimal_with(
+            "server: {listen: 127.0.0.1:9000, admin_listen: 127.0.0.2:9000}\n",
+        ));
+    }
+
+    #[test]
+    fn a_broken_model_list_does_not_cascade_into_reference_errors() {
+        assert_eq!(
+            one_err(
+                "models: [{aliases: [x]}]\nreplicas: [{id: r, url: 'http://h:1', models: [m]}]\n"
+            ),
+            "models[0].name: required"
+        );
+        assert_eq!(
+            one_err("models: [{name: m}]\nreplicas: [{id: r, url: 'http://h:1', models: 5}]\n"),
+            "replicas[0].models: expected a list (got 5)"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! `inferrail demo`: a gateway in front of three in-process engines, exercised end to end.
+
+use crate::client::{call, Connection};
+use crate::gateway::Gateway;
+use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
+use std::time::{Duration, Instant};
+
+/// Why the demo stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// An engine could not start.
+    #[error("cannot start a demo engine: {0}")]
+    Engine(std::io::Error),
+    /// The generated config did not validate (a bug).
+    #[error("demo config: {0}")]
+    Config(#[from] inferrail_config::ConfigError),
+    /// The gateway did not start.
+    #[error(transparent)]
+    Gateway(#[from] crate::GatewayError),
+    /// A request through the gateway failed.
+    #[error("request through the gateway failed: {0}")]
+    Request(std::io::Error),
+}
+
+const MODEL: &str = "sim-llama";
+
+/// The demo gateway config for engines at `urls`.
+pub fn demo_config(urls: &[String]) -> String {
+    let mut yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  shutdown_timeout: 2s\n\
+         models:\n  - name: {MODEL}\n    aliases: [llama]\n    policy: least_request\n\
+         retry:\n  max_attempts: 3\n  backoff: 10ms\nreplicas:\n"
+    );
+    for (i, url) in urls.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: engine-{i}\n    url: {url}\n    models: [{MODEL}]\n"
+        ));
+    }
+    yaml
+}
+
+/// Runs the demo, printing what happens to stdout. `requests` plain requests are sent first.
+pub fn run(requests: usize) -> Result<(), DemoError> {
+    let mut engines = Vec::new();
+    for _ in 0..3 {
+        let opts = EngineOptions {
+            behavior: Behavior::Stream {
+                chunks: 6,
+                interval: Duration::from_millis(40),
+            },
+            ..EngineOptions::new(MODEL)
+        };
+        engines.push(ScriptedEngine::start(opts).map_err(DemoError::Engine)?);
+    }
+    let urls: Vec<String> = engines.iter().map(ScriptedEngine::url).collect();
+    let config = inferrail_config::parse_str(&demo_config(&urls))?;
+    let gateway = Gateway::start(&config)?;
+    let addr = gateway.listen_addr;
+    println!("Inferrail demo");
+    println!(
+        "  gateway  http://{addr}  ({} data cores, {} driver), admin http://{}",
+        gateway.core_count,
+        inferrail_dataplane::driver_name(),
+        gateway.admin_addr
+    );
+    for (i, u) in urls.iter().enumerate() {
+        println!("  engine-{i} {u}  (in-process simulator stand-in, 6 tokens 40 ms apart)");
+    }
+
+    println!("\n1. {requests} chat requests at once, policy least_request, model named by alias `llama`:");
+    let body =
+        br#"{"model":"llama","messages":[{"role":"user","content":"Hello!"}],"max_tokens":6}"#;
+    let handles: Vec<_> = (0..requests)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body));
+                (i, r, t.elapsed())
+            })
+        })
+        .collect();
+    for h in handles {
+        let Ok((i, r, took)) = h.join() else { continue };
+        let r = r.map_err(DemoError::Request)?;
+        println!(
+            "   request {i:>2}: {} from {:<9} in {:>4} ms  x-request-id {}",
+            r.status,
+            r.header("x-inferrail-replica").unwrap_or("?"),
+            took.as_millis(),
+            r.header("x-request-id").unwrap_or("?")
+        );
+    }
+
+    println!("\n2. A streaming request, relayed chunk by chunk as the engine produces them:");
+    let stream_body =
+        br#"{"messages":[{"role":"user","content":"Stream please"}],"stream":true,"max_tokens":6}"#;
+    let mut conn = Connection::open(addr, Duration::from_secs(10)).map_err(DemoError::Request)?;
+    conn.send("POST", "/v1/chat/completions", &[], Some(stream_body))
+        .map_err(DemoError::Request)?;
+    let t = Instant::now();
+    let r = conn
+        .read_response_with("POST", |piece| {
+            for line in String::from_utf8_lossy(piece)
+                .lines()
+                .filter(|l| !l.is_empty())
+            {
+                let shown: String = line.chars().take(90).collect();
+                println!("   +{:>4} ms  {shown}", t.elapsed().as_millis());
+            }
+        })
+        .map_err(DemoError::Request)?;
+    println!(
+        "   (model was missing: the gateway inserted it; served by {})",
+        r.header("x-inferrail-replica").unwrap_or("?")
+    );
+
+    println!("\n3. engine-1 starts refusing connections; requests retry on the others:");
+    engines[1].set_behavior(Behavior::Refuse);
+    for i in 0..3 {
+        let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body))
+            .map_err(DemoError::Request)?;
+        println!(
+            "   request {i}: {} from {}",
+            r.status,
+            r.header("x-inferrail-replica").unwrap_or("?")
+        );
+    }
+
+    println!("\n4. Errors in the OpenAI shape:");
+    let r = call(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        Some(br#"{"model":"gpt-9"}"#),
+    )
+    .map_err(DemoError::Request)?;
+    println!("   unknown model -> {} {}", r.status, r.text());
+    let r = call(addr, "GET", "/v1/chat/completions", &[], None).map_err(DemoError::Request)?;
+    println!(
+        "   GET on a POST route -> {} (allow: {})",
+        r.status,
+        r.header("allow").unwrap_or("?")
+    );
+
+    println!("\n5. From the admin port's /metrics:");
+    let m = call(gateway.admin_addr, "GET", "/metrics", &[], None).map_err(DemoError::Request)?;
+    for line in m.text().lines().filter(|l| {
+        l.starts_with("inferrail_requests_total")
+            || l.starts_with("inferrail_retries_total")
+            || (l.starts_with("inferrail_errors_total") && !l.ends_with(" 0"))
+    }) {
+        println!("   {line}");
+    }
+
+    gateway.shutdown();
+    gateway.wait();
+    for mut e in engines {
+        e.stop();
+    }
+    println!("\nDone. Run `inferrail serve --config config/examples/local-3-replicas.yaml` to use your own engines.");
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Starting the data cores: one pinned thread per core, each with its own monoio runtime,
+//! SO_REUSEPORT listener and [`CoreContext`].
+
+use crate::core_state::CoreContext;
+use crate::http::serve_connection;
+use crate::metrics::{CoreRecorder, MetricsLayout};
+use crate::shutdown::ShutdownSignal;
+use crate::snapshot::Snapshot;
+use inferrail_sync::Mailbox;
+use monoio::net::TcpListener;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Why the data cores could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A core thread or its runtime could not be created.
+    #[error("cannot start data core {core}: {source}")]
+    Core {
+        /// Core index.
+        core: usize,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How to run the data cores.
+#[derive(Debug, Clone)]
+pub struct CoreOptions {
+    /// Number of data cores (at least 1).
+    pub cores: usize,
+    /// Client listen address; port 0 picks a free port shared by every core.
+    pub listen: SocketAddr,
+    /// Pin each core thread to a CPU.
+    pub pin: bool,
+    /// Seed for the randomized policies (each core derives its own stream).
+    pub seed: u64,
+    /// How long running requests may finish after shutdown starts.
+    pub shutdown_timeout: Duration,
+}
+
+/// The running data cores.
+pub struct CoreSet {
+    threads: Vec<JoinHandle<()>>,
+    /// Per-core snapshot mailboxes, written by the control thread.
+    pub mailboxes: Vec<Arc<Mailbox<Snapshot>>>,
+    /// Per-core metrics recorders, read by the control thread.
+    pub recorders: Vec<Arc<CoreRecorder>>,
+    /// The bound listen address (the real port when 0 was asked for).
+    pub local_addr: SocketAddr,
+}
+
+impl CoreSet {
+    /// Waits for every core to finish (after the shutdown signal and drain).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The I/O driver monoio picks on this kernel: "io_uring", or "epoll" when io_uring is missing
+/// or `MONOIO_FORCE_LEGACY_DRIVER` is set.
+pub fn driver_name() -> &'static str {
+    if monoio::utils::detect_uring() {
+        "io_uring"
+    } else {
+        "epoll"
+    }
+}
+
+fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket.set_reuse_port(true)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// Binds one SO_REUSEPORT listener per core and starts the core threads. Returns once every core
+/// is accepting.
+pub fn start_cores(
+    opts: CoreOptions,
+    snapshot: Arc<Snapshot>,
+    layout: Arc<MetricsLayout>,
+    shutdown: Arc<ShutdownSignal>,
+) -> Result<CoreSet, StartError> {
+    let cores = opts.cores.max(1);
+    let mut listeners = Vec::with_capacity(cores);
+    let mut addr = opts.listen;
+    for _ in 0..cores {
+        let l = bind_listener(addr).map_err(|source| StartError::Bind { addr, source })?;
+        // Port 0: the first listener picks the port, the others join it.
+        addr = l
+            .local_addr()
+            .map_err(|source| StartError::Bind { addr, source })?;
+        listeners.push(l);
+    }
+    let cpu_ids = if opts.pin {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let id_seed_base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError>>();
+    let mut set = CoreSet {
+        threads: Vec::with_capacity(cores),
+        mailboxes: Vec::with_capacity(cores),
+        recorders: Vec::with_capacity(cores),
+        local_addr: addr,
+    };
+    for (index, listener) in listeners.into_iter().enumerate() {
+        let mailbox = Arc::new(Mailbox::new());
+        let recorder = Arc::new(CoreRecorder::new(&layout));
+        set.mailboxes.push(mailbox.clone());
+        set.recorders.push(recorder.clone());
+        let cpu = (!cpu_ids.is_empty()).then(|| cpu_ids[index % cpu_ids.len()]);
+        let snapshot = snapshot.clone();
+        let layout = layout.clone();
+        let shutdown = shutdown.clone();
+        let ready = ready_tx.clone();
+        let opts = opts.clone();
+        let id_seed = id_seed_base.wrapping_add((index as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let thread = std::thread::Builder::new()
+            .name(format!("inferrail-core-{index}"))
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    core_affinity::set_for_current(cpu);
+                }
+                let rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+                    .enable_timer()
+                    .build();
+                let mut rt = match rt {
+                    Ok(rt) => rt,
+                    Err(source) => {
+                        let _ = ready.send(Err(StartError::Core {
+                            core: index,
+                            source,
+                        }));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(source) => {
+                            let _ = ready.send(Err(StartError::Core {
+                                core: index,
+                                source,
+                            }));
+                            return;
+                        }
+                    };
+                    let ctx = Rc::new(CoreContext::new(
+                        index,
+                        cores,
+                        snapshot,
+                        mailbox,
+                        recorder,
+                        layout,
+                        shutdown.clone(),
+                        opts.seed,
+                        id_seed,
+                    ));
+                    let _ = ready.send(Ok(()));
+                    drop(ready);
+                    accept_loop(&ctx, listener, &shutdown).await;
+                    drain(&ctx, opts.shutdown_timeout).await;
+                });
+            })
+            .map_err(|source| StartError::Core {
+                core: index,
+                source,
+            })?;
+        set.threads.push(thread);
+    }
+    drop(ready_tx);
+    for _ in 0..cores {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                shutdown.trigger();
+                return Err(e);
+            }
+            Err(_) => {
+                shutdown.trigger();
+                return Err(StartError::Core {
+                    core: usize::MAX,
+                    source: std::io::Error::other("a core thread exited during start"),
+                });
+            }
+        }
+    }
+    Ok(set)
+}
+
+async fn accept_loop(ctx: &Rc<CoreContext>, listener: TcpListener, shutdown: &Arc<ShutdownSignal>) {
+    let mut stop = std::pin::pin!(shutdown.wait());
+    let mut last_error_log: Option<Instant> = None;
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    monoio::spawn(serve_connection(ctx.clone(), stream));
+                }
+                Err(e) => {
+                    // Out of file descriptors or similar: log at most once a second and back off
+                    // so the loop does not spin.
+                    if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                        eprintln!("inferrail: core {}: accept failed: {e}", ctx.index);
+                        last_error_log = Some(Instant::now());
+                    }
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+/// After the listener closed: idle connections are closed at once, running requests get
+/// `timeout` to finish, then every remaining connection is shut down (its task sees the socket
+/// end, drops its upstream request and closes).
+async fn drain(ctx: &Rc<CoreContext>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    ctx.close_connections(false);
+    while ctx.active_requests.get() > 0 && Instant::now() < deadline {
+        // Connections that went idle after a response are closed as they appear.
+        ctx.close_connections(false);
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ctx.close_connections(true);
+    let grace = Instant::now() + Duration::from_secs(1);
+    while ctx.connection_count() > 0 && Instant::now() < grace {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,519 @@
+//! One client connection: read requests, answer local routes, hand completions to the proxy.
+
+use crate::core_state::CoreContext;
+use crate::metrics::{ErrorReason, Outcome};
+use crate::proxy::{forward, ProxyRequest};
+use crate::snapshot::Snapshot;
+use inferrail_wire::headers::is_valid_request_id;
+use inferrail_wire::{
+    find_model, full_response, openai_error, splice_model, BodyFraming, ChunkedDecoder, ErrorKind,
+    Method, ModelField, ModelFieldError, RequestHead,
+};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+use monoio::time::timeout_at;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Largest request head accepted (request line and headers).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Smallest free space offered to a socket read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A client connection and the bytes read from it but not used yet.
+pub struct ClientConn {
+    /// The client socket.
+    pub stream: TcpStream,
+    /// Bytes read and not consumed, starting at `pos`.
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+/// Why the head of the next request could not be had.
+enum HeadFailure {
+    /// Clean end: the client closed or idled out between requests. Close silently.
+    Idle,
+    /// A partial head timed out: answer 408 and close.
+    Timeout,
+    /// Not HTTP, or too big: answer 400/431 and close.
+    Bad(ErrorKind, String),
+}
+
+/// Why a request body could not be read.
+enum BodyFailure {
+    TooLarge,
+    Timeout,
+    Closed,
+    Malformed(String),
+}
+
+/// Reads more bytes from `stream` into the spare capacity of `buf`, growing it when needed.
+pub(crate) async fn read_more(
+    stream: &mut TcpStream,
+    mut buf: Vec<u8>,
+) -> (std::io::Result<usize>, Vec<u8>) {
+    if buf.capacity() - buf.len() < READ_CHUNK {
+        buf.reserve(READ_CHUNK);
+    }
+    let len = buf.len();
+    let cap = buf.capacity();
+    let (res, slice) = stream
+        .read(monoio::buf::IoBufMut::slice_mut(buf, len..cap))
+        .await;
+    (res, slice.into_inner())
+}
+
+impl ClientConn {
+    /// Wraps an accepted socket.
+    pub fn new(stream: TcpStream) -> ClientConn {
+        ClientConn {
+            stream,
+            buf: Vec::with_capacity(READ_CHUNK),
+            pos: 0,
+        }
+    }
+
+    /// Unconsumed bytes already read.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+    }
+
+    /// Reads until `deadline`; `Ok(0)` means the peer closed.
+    async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > self.buf.capacity() / 2 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        match timeout_at(deadline.into(), read_more(&mut self.stream, buf)).await {
+            Ok((res, buf)) => {
+                self.buf = buf;
+                res
+            }
+            // The read was cancelled mid-flight: bytes may be lost, so the caller must close.
+            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+
+    async fn read_head(&mut self, idle_timeout: Duration) -> Result<RequestHead, HeadFailure> {
+        let deadline = Instant::now() + idle_timeout;
+        loop {
+            match RequestHead::parse(self.buffered()) {
+                Ok(Some((head, used))) => {
+                    self.consume(used);
+                    return Ok(head);
+                }
+                Ok(None) if self.buffered().len() > MAX_HEAD_BYTES => {
+                    return Err(HeadFailure::Bad(
+                        ErrorKind::HeaderFieldsTooLarge,
+                        "request head too large".into(),
+                    ))
+                }
+                Ok(None) => {}
+                Err(inferrail_wire::HeadError::TooManyHeaders) => {
+                    return Err(HeadFailure::Bad(
+                        ErrorKind::HeaderFieldsTooLarge,
+                        "too many header lines".into(),
+                    ))
+                }
+                Err(e) => return Err(HeadFailure::Bad(ErrorKind::BadRequest, e.to_string())),
+            }
+            let started = !self.buffered().is_empty();
+            match self.fill(deadline).await {
+                Ok(0) => return Err(HeadFailure::Idle),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut && started => {
+                    return Err(HeadFailure::Timeout)
+                }
+                Err(_) => return Err(HeadFailure::Idle),
+            }
+        }
+    }
+
+    async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+        max: u64,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, BodyFailure> {
+        match framing {
+            BodyFraming::Length(n) => {
+                if n > max {
+                    return Err(BodyFailure::TooLarge);
+                }
+                let n = n as usize;
+                while self.buffered().len() < n {
+                    match self.fill(deadline).await {
+                        Ok(0) => return Err(BodyFailure::Closed),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Err(BodyFailure::Timeout)
+                        }
+                        Err(_) => return Err(BodyFailure::Closed),
+                    }
+                }
+                let body = self.buffered()[..n].to_vec();
+                self.consume(n);
+                Ok(body)
+            }
+            BodyFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new();
+                let mut body = Vec::new();
+                loop {
+                    let progress = decoder
+                        .feed(&self.buf[self.pos..], Some(&mut body))
+                        .map_err(|e| BodyFailure::Malformed(e.to_string()))?;
+                    self.consume(progress.consumed);
+                    if body.len() as u64 > max {
+                        return Err(BodyFailure::TooLarge);
+                    }
+                    if progress.done {
+                        return Ok(body);
+                    }
+                    match self.fill(deadline).await {
+                        Ok(0) => return Err(BodyFailure::Closed),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Err(BodyFailure::Timeout)
+                        }
+                        Err(_) => return Err(BodyFailure::Closed),
+                    }
+                }
+            }
+            BodyFraming::UntilClose => Err(BodyFailure::Malformed("no body framing".into())),
+        }
+    }
+
+    /// Writes `bytes` to the client; false when the client is gone.
+    pub async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        let (res, _) = self.stream.write_all(bytes).await;
+        res.is_ok()
+    }
+}
+
+/// Serves requests on one client connection until it closes, errs, idles out or the gateway
+/// shuts down.
+pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let entry = ctx.register_connection(std::os::fd::AsRawFd::as_raw_fd(&stream));
+    let mut conn = ClientConn::new(stream);
+    loop {
+        if ctx.shutdown.is_triggered() && conn.buffered().is_empty() {
+            return;
+        }
+        let snap = ctx.current();
+        let head = match conn.read_head(snap.settings.header_read_timeout).await {
+            Ok(head) => head,
+            Err(HeadFailure::Idle) => return,
+            Err(HeadFailure::Timeout) => {
+                ctx.recorder.error(ErrorReason::BodyTimeout);
+                let body = openai_error(
+                    ErrorKind::RequestTimeout,
+                    "request head did not arrive in time",
+                    None,
+                );
+                let _ = conn
+                    .send(error_response(ErrorKind::RequestTimeout, None, &body, true))
+                    .await;
+                return;
+            }
+            Err(HeadFailure::Bad(kind, msg)) => {
+                ctx.recorder.error(ErrorReason::BadRequest);
+                let body = openai_error(kind, &msg, None);
+                let _ = conn.send(error_response(kind, None, &body, true)).await;
+                return;
+            }
+        };
+        entry.set_busy(true);
+        let keep = handle_request(&ctx, &snap, &mut conn, head).await;
+        entry.set_busy(false);
+        if !keep {
+            return;
+        }
+    }
+}
+
+/// The local routes and the proxied ones.
+enum Route {
+    Health,
+    Models,
+    Completion,
+}
+
+fn route(path: &[u8]) -> Option<Route> {
+    match path {
+        b"/health" => Some(Route::Health),
+        b"/v1/models" => Some(Route::Models),
+        b"/v1/chat/completions" | b"/v1/completions" => Some(Route::Completion),
+        _ => None,
+    }
+}
+
+/// A complete error response with the OpenAI body, the request id and, for 503, Retry-After.
+pub(crate) fn error_response(
+    kind: ErrorKind,
+    request_id: Option<&str>,
+    body: &[u8],
+    close: bool,
+) -> Vec<u8> {
+    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(3);
+    if let Some(id) = request_id {
+        headers.push(("x-request-id", id.as_bytes()));
+    }
+    if kind == ErrorKind::ServiceUnavailable {
+        headers.push(("retry-after", b"1"));
+    }
+    if kind == ErrorKind::MethodNotAllowed {
+        headers.push(("allow", b"POST"));
+    }
+    full_response(
+        kind.status(),
+        &headers,
+        Some("application/json"),
+        body,
+        false,
+        close,
+    )
+}
+
+/// Handles one request whose head was read. Returns whether the connection may serve another.
+async fn handle_request(
+    ctx: &Rc<CoreContext>,
+    snap: &Arc<Snapshot>,
+    conn: &mut ClientConn,
+    head: RequestHead,
+) -> bool {
+    let started = Instant::now();
+    let request_id = match head.header("x-request-id") {
+        Some(v) if is_valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
+        _ => ctx.new_request_id(),
+    };
+    let has_body = head.framing != BodyFraming::Length(0);
+    // A refused request whose body was not read leaves the connection unusable.
+    let close_if_refused = head.close || has_body;
+    let head_only = head.method == Method::Head;
+
+    let reject = |kind: ErrorKind, reason: ErrorReason, msg: &str, allow: &[u8], close: bool| {
+        ctx.recorder.error(reason);
+        ctx.recorder.request(None, None, Outcome::Rejected);
+        let body = openai_error(kind, msg, None);
+        let mut headers: Vec<(&str, &[u8])> = vec![("x-request-id", request_id.as_bytes())];
+        if !allow.is_empty() {
+            headers.push(("allow", allow));
+        }
+        full_response(
+            kind.status(),
+            &headers,
+            Some("application/json"),
+            &body,
+            head_only,
+            close,
+        )
+    };
+
+    let route = route(head.path());
+    let local_ok = matches!(head.method, Method::Get | Method::Head);
+    match route {
+        None => {
+            let r = reject(
+                ErrorKind::NotFound,
+                ErrorReason::NotFound,
+                "Not Found",
+                b"",
+                close_if_refused,
+            );
+            return conn.send(r).await && !close_if_refused;
+        }
+        Some(Route::Health | Route::Models) if !local_ok => {
+            let r = reject(
+                ErrorKind::MethodNotAllowed,
+                ErrorReason::MethodNotAllowed,
+                "Method Not Allowed",
+                b"GET, HEAD",
+                close_if_refused,
+            );
+            return conn.send(r).await && !close_if_refused;
+        }
+        Some(Route::Health) => {
+            let r = full_response(
+                200,
+                &[("x-request-id", request_id.as_bytes())],
+                None,
+                b"",
+                head_only,
+                close_if_refused,
+            );
+            return conn.send(r).await && !close_if_refused;
+        }
+        Some(Route::Models) => {
+            let r = full_response(
+                200,
+                &[("x-request-id", request_id.as_bytes())],
+                Some("application/json"),
+                &snap.models_body,
+                head_only,
+                close_if_refused,
+            );
+            return conn.send(r).await && !close_if_refused;
+        }
+        Some(Route::Completion) if head.method != Method::Post => {
+            let r = reject(
+                ErrorKind::MethodNotAllowed,
+                ErrorReason::MethodNotAllowed,
+                "Method Not Allowed",
+                b"POST",
+                close_if_refused,
+            );
+            return conn.send(r).await && !close_if_refused;
+        }
+        Some(Route::Completion) => {}
+    }
+
+    // A completion. Refuse an oversized upload before it starts.
+    let settings = &snap.settings;
+    if let BodyFraming::Length(n) = head.framing {
+        if n > settings.max_body_bytes {
+            let msg = format!(
+                "request body of {n} bytes exceeds the limit of {} bytes",
+                settings.max_body_bytes
+            );
+            let r = reject(
+                ErrorKind::PayloadTooLarge,
+                ErrorReason::BodyTooLarge,
+                &msg,
+                b"",
+                true,
+            );
+            let _ = conn.send(r).await;
+            return false;
+        }
+    }
+    if head.expect_continue && !conn.send(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await {
+        return false;
+    }
+    let deadline = started + settings.request_timeout;
+    let body = match conn
+        .read_body(head.framing, settings.max_body_bytes, deadline)
+        .await
+    {
+        Ok(body) => body,
+        Err(BodyFailure::Closed) => {
+            ctx.recorder.error(ErrorReason::ClientDisconnected);
+            ctx.recorder.request(None, None, Outcome::ClientClosed);
+            return false;
+        }
+        Err(BodyFailure::Timeout) => {
+            let r = reject(
+                ErrorKind::RequestTimeout,
+                ErrorReason::BodyTimeout,
+                "request body did not arrive within the request timeout",
+                b"",
+                true,
+            );
+            let _ = conn.send(r).await;
+            return false;
+        }
+        Err(BodyFailure::TooLarge) => {
+            let msg = format!(
+                "request body exceeds the limit of {} bytes",
+                settings.max_body_bytes
+            );
+            let r = reject(
+                ErrorKind::PayloadTooLarge,
+                ErrorReason::BodyTooLarge,
+                &msg,
+                b"",
+                true,
+            );
+            let _ = conn.send(r).await;
+            return false;
+        }
+        Err(BodyFailure::Malformed(msg)) => {
+            let r = reject(
+                ErrorKind::BadRequest,
+                ErrorReason::BadRequest,
+                &msg,
+                b"",
+                true,
+            );
+            let _ = conn.send(r).await;
+            return false;
+        }
+    };
+
+    // Only `model` is read; an alias or a missing model is fixed by splicing those bytes.
+    let (model, body) = match find_model(&body) {
+        Ok(ModelField::Present { name, value }) => match snap.model_index(&name) {
+            Some(m) if snap.models[m].name == name => (m, body),
+            Some(m) => {
+                let field = ModelField::Present { name, value };
+                let spliced = splice_model(&body, &field, &snap.models[m].name);
+                (m, spliced)
+            }
+            None => {
+                let msg = format!(
+                    "The model `{name}` does not exist. Valid aliases: {}.",
+                    snap.valid_names().join(", ")
+                );
+                ctx.recorder.error(ErrorReason::UnknownModel);
+                ctx.recorder.request(None, None, Outcome::Rejected);
+                let body = openai_error(ErrorKind::NotFound, &msg, Some("model"));
+                let r = full_response(
+                    404,
+                    &[("x-request-id", request_id.as_bytes())],
+                    Some("application/json"),
+                    &body,
+                    false,
+                    head.close,
+                );
+                return conn.send(r).await && !head.close;
+            }
+        },
+        Ok(field @ ModelField::Absent { .. }) if snap.models.len() == 1 => {
+            let spliced = splice_model(&body, &field, &snap.models[0].name);
+            (0, spliced)
+        }
+        Ok(ModelField::Absent { .. }) => {
+            let r = reject(
+                ErrorKind::BadRequest,
+                ErrorReason::BadRequest,
+                "`model` is required when the gateway serves more than one model",
+                b"",
+                head.close,
+            );
+            return conn.send(r).await && !head.close;
+        }
+        Err(e @ (ModelFieldError::NotAString | ModelFieldError::NotJsonObject(_))) => {
+            let r = reject(
+                ErrorKind::BadRequest,
+                ErrorReason::BadRequest,
+                &e.to_string(),
+                b"",
+                head.close,
+            );
+            return conn.send(r).await && !head.close;
+        }
+    };
+
+    let request = ProxyRequest {
+        head,
+        body,
+        model,
+        request_id,
+        started,
+        deadline,
+    };
+    forward(ctx, snap, conn, request).await
+}

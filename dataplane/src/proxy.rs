@@ -1,0 +1,582 @@
+//! Proxying one completion request: choose a replica, send the request, relay the response frame
+//! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
+
+use crate::core_state::{CoreContext, ReplicaSlot};
+use crate::errors::AttemptError;
+use crate::http::{error_response, read_more, ClientConn};
+use crate::metrics::{ErrorReason, Outcome};
+use crate::snapshot::Snapshot;
+use crate::sockets::ClientWatch;
+use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
+use inferrail_wire::{
+    encode_chunk, openai_error, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method,
+    RequestHead, ResponseHead, LAST_CHUNK,
+};
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+use monoio::time::{sleep, timeout_at};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bodies up to this size are sent in the same write as the request head.
+const COALESCE_BODY: usize = 64 * 1024;
+/// Largest response head accepted from an engine.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// A completion request that was read and validated, ready to go upstream.
+pub struct ProxyRequest {
+    /// The client's request head.
+    pub head: RequestHead,
+    /// The body to forward (the client's bytes, with only the model name spliced if needed).
+    pub body: Vec<u8>,
+    /// Model index in the snapshot.
+    pub model: usize,
+    /// The request id (client's or generated), sent upstream and back.
+    pub request_id: String,
+    /// When the request head was read.
+    pub started: Instant,
+    /// When the request must be finished waiting on engines.
+    pub deadline: Instant,
+}
+
+/// Headers copied from the client to the engine: everything except hop-by-hop headers, those
+/// the gateway sets itself, and `expect` (the gateway sends the whole body at once).
+fn upstream_headers(head: &RequestHead, request_id: &str) -> Vec<u8> {
+    let connection = head.header("connection").unwrap_or(b"");
+    let mut out = Vec::with_capacity(head.bytes.len() + 64);
+    for (name, value) in head.header_lines() {
+        if is_hop_by_hop(name)
+            || listed_in_connection(connection, name)
+            || name.eq_ignore_ascii_case(b"host")
+            || name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"x-request-id")
+        {
+            continue;
+        }
+        push_header(&mut out, name, value);
+    }
+    push_header(&mut out, b"x-request-id", request_id.as_bytes());
+    out
+}
+
+/// The bytes of one upstream request for `authority`. The body is included when small.
+fn upstream_request(head: &RequestHead, common: &[u8], authority: &str, body: &[u8]) -> Vec<u8> {
+    let coalesce = body.len() <= COALESCE_BODY;
+    let mut out = Vec::with_capacity(common.len() + 128 + if coalesce { body.len() } else { 0 });
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(head.target());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    push_header(&mut out, b"host", authority.as_bytes());
+    out.extend_from_slice(common);
+    push_header(
+        &mut out,
+        b"content-length",
+        body.len().to_string().as_bytes(),
+    );
+    out.extend_from_slice(b"\r\n");
+    if coalesce {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// How the response body is carried from engine to client.
+enum Relay {
+    /// Content-length body passed through; bytes still expected.
+    Length(u64),
+    /// Chunked body passed through untouched; the decoder only finds its end.
+    Chunked(ChunkedDecoder),
+    /// Chunked body decoded for an HTTP/1.0 client, which gets it close-delimited.
+    Dechunk(ChunkedDecoder),
+    /// Close-delimited engine body re-framed as chunks for the client.
+    Rechunk,
+    /// Close-delimited engine body passed to an HTTP/1.0 client as is.
+    RawUntilClose,
+}
+
+impl Relay {
+    /// Turns body bytes from the engine into client bytes appended to `out`. Returns whether the
+    /// body is complete and how many input bytes belonged to it.
+    fn step(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(bool, usize), String> {
+        match self {
+            Relay::Length(left) => {
+                let take = (*left).min(input.len() as u64) as usize;
+                out.extend_from_slice(&input[..take]);
+                *left -= take as u64;
+                Ok((*left == 0, take))
+            }
+            Relay::Chunked(d) => {
+                let p = d.feed(input, None).map_err(|e| e.to_string())?;
+                out.extend_from_slice(&input[..p.consumed]);
+                Ok((p.done, p.consumed))
+            }
+            Relay::Dechunk(d) => {
+                let p = d.feed(input, Some(out)).map_err(|e| e.to_string())?;
+                Ok((p.done, p.consumed))
+            }
+            Relay::Rechunk => {
+                encode_chunk(out, input);
+                Ok((false, input.len()))
+            }
+            Relay::RawUntilClose => {
+                out.extend_from_slice(input);
+                Ok((false, input.len()))
+            }
+        }
+    }
+
+    /// Called at engine EOF: the bytes that end the client's body, or `None` if the body was cut.
+    fn finish_at_eof(&self) -> Option<&'static [u8]> {
+        match self {
+            Relay::Rechunk => Some(LAST_CHUNK),
+            Relay::RawUntilClose => Some(b""),
+            _ => None,
+        }
+    }
+}
+
+/// The client-facing response head built from the engine's.
+fn client_head(
+    up: &ResponseHead,
+    request_id: &str,
+    replica: &str,
+    relay: &Relay,
+    close: bool,
+    minor: u8,
+) -> Vec<u8> {
+    let connection = up.header("connection").unwrap_or(b"");
+    let mut out = Vec::with_capacity(up.bytes.len() + 96);
+    out.extend_from_slice(if minor == 0 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    out.extend_from_slice(up.status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(up.reason());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in up.header_lines() {
+        if is_hop_by_hop(name)
+            || listed_in_connection(connection, name)
+            || name.eq_ignore_ascii_case(b"x-request-id")
+            || name.eq_ignore_ascii_case(b"x-inferrail-replica")
+        {
+            continue;
+        }
+        push_header(&mut out, name, value);
+    }
+    if matches!(relay, Relay::Chunked(_) | Relay::Rechunk) {
+        push_header(&mut out, b"transfer-encoding", b"chunked");
+    }
+    push_header(&mut out, b"x-request-id", request_id.as_bytes());
+    push_header(&mut out, b"x-inferrail-replica", replica.as_bytes());
+    if close {
+        push_header(&mut out, b"connection", b"close");
+    } else if minor == 0 {
+        push_header(&mut out, b"connection", b"keep-alive");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// How an attempt that reached the client ended.
+struct Delivered {
+    /// The client connection can serve another request.
+    keep_client: bool,
+}
+
+/// Proxies `req` with retries. Returns whether the client connection may be reused.
+pub async fn forward(
+    ctx: &Rc<CoreContext>,
+    snap: &Arc<Snapshot>,
+    conn: &mut ClientConn,
+    req: ProxyRequest,
+) -> bool {
+    let settings = &snap.settings;
+    let common = upstream_headers(&req.head, &req.request_id);
+    let mut watch = ClientWatch::new(conn.buffered().is_empty());
+    let mut tried: Vec<usize> = Vec::with_capacity(settings.max_attempts as usize);
+    let mut last_failure: Option<(AttemptError, usize)> = None;
+    let close_client = req.head.close || ctx.shutdown.is_triggered();
+
+    for attempt in 1..=settings.max_attempts {
+        let candidates = ctx.candidates(snap, req.model, &tried);
+        if candidates.is_empty() {
+            break;
+        }
+        let replica = ctx.choose(req.model, &candidates);
+        tried.push(replica);
+        let Some(mut slot) = ctx.acquire(replica) else {
+            break;
+        };
+        if attempt > 1 {
+            ctx.recorder.retry(req.model);
+        }
+        let may_retry_status = attempt < settings.max_attempts;
+        let mut fresh_only = false;
+        let result = loop {
+            let r = try_replica(
+                ctx,
+                snap,
+                conn,
+                &req,
+                &common,
+                replica,
+                &mut slot,
+                &mut watch,
+                may_retry_status,
+                fresh_only,
+                close_client,
+            )
+            .await;
+            match r {
+                Err(e) if e.stale_reuse() && !fresh_only => fresh_only = true,
+                r => break r,
+            }
+        };
+        drop(slot);
+        match result {
+            Ok(done) => return done.keep_client,
+            Err(AttemptError::ClientGone) => {
+                ctx.recorder.error(ErrorReason::ClientDisconnected);
+                ctx.recorder.request(
+                    Some(req.model),
+                    Some(replica_metrics(ctx, replica)),
+                    Outcome::ClientClosed,
+                );
+                return false;
+            }
+            Err(e) => {
+                ctx.recorder.error(e.reason());
+                let retry = e.retryable();
+                last_failure = Some((e, replica));
+                if !retry || attempt == settings.max_attempts {
+                    break;
+                }
+                let backoff = backoff(settings.backoff, settings.max_backoff, attempt);
+                if Instant::now() + backoff >= req.deadline {
+                    break;
+                }
+                monoio::select! {
+                    _ = sleep(backoff) => {}
+                    _ = watch.closed(&conn.stream) => {
+                        ctx.recorder.error(ErrorReason::ClientDisconnected);
+                        ctx.recorder.request(Some(req.model), None, Outcome::ClientClosed);
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    // Nothing reached the client: answer the failure ourselves.
+    let (kind, message, replica_label) = match &last_failure {
+        Some((e, replica)) => {
+            let id = snap.replicas.get(*replica).map_or("?", |r| r.id.as_str());
+            let (kind, msg) = e.client_error(id);
+            (kind, msg, Some(replica_metrics(ctx, *replica)))
+        }
+        None => {
+            ctx.recorder.error(ErrorReason::FleetFull);
+            (
+                ErrorKind::ServiceUnavailable,
+                format!(
+                    "every replica of model `{}` is at its concurrency limit",
+                    snap.models[req.model].name
+                ),
+                None,
+            )
+        }
+    };
+    let outcome = if last_failure.is_some() {
+        Outcome::Failed
+    } else {
+        Outcome::Rejected
+    };
+    ctx.recorder
+        .request(Some(req.model), replica_label, outcome);
+    ctx.recorder
+        .duration(Some(req.model), req.started.elapsed());
+    let body = openai_error(kind, &message, None);
+    conn.send(error_response(
+        kind,
+        Some(&req.request_id),
+        &body,
+        close_client,
+    ))
+    .await
+        && !close_client
+}
+
+fn replica_metrics(ctx: &CoreContext, replica: usize) -> usize {
+    ctx.replica(replica)
+        .and_then(|r| r.metrics_slot)
+        .unwrap_or(usize::MAX)
+}
+
+/// Exponential backoff before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped.
+pub fn backoff(base: Duration, cap: Duration, attempt: u32) -> Duration {
+    let factor = 1u32 << (attempt.saturating_sub(1)).min(16);
+    base.saturating_mul(factor).min(cap)
+}
+
+/// Gets a connection to the replica: a pooled one unless `fresh_only`, else a new one.
+async fn upstream_connection(
+    ctx: &CoreContext,
+    snap: &Snapshot,
+    replica: usize,
+    fresh_only: bool,
+    deadline: Instant,
+) -> Result<(TcpStream, bool), AttemptError> {
+    let settings = &snap.settings;
+    if !fresh_only {
+        if let Some(state) = ctx.replica(replica) {
+            if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout) {
+                return Ok((stream, true));
+            }
+        }
+    }
+    let addr = snap.replicas[replica].addr;
+    let connect_deadline = deadline.min(Instant::now() + settings.connect_timeout);
+    match timeout_at(connect_deadline.into(), TcpStream::connect_addr(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok((stream, false))
+        }
+        Ok(Err(e)) => Err(AttemptError::Connect(e)),
+        Err(_) => Err(AttemptError::ConnectTimeout),
+    }
+}
+
+/// Outcome of reading the upstream head, before anything is sent to the client.
+struct UpstreamHead {
+    head: ResponseHead,
+    /// Read buffer holding the head and any body bytes after it.
+    buf: Vec<u8>,
+    head_len: usize,
+}
+
+/// Reads the engine's response head (skipping 1xx interim heads).
+async fn read_upstream_head(
+    upstream: &mut TcpStream,
+    reused: bool,
+) -> Result<UpstreamHead, AttemptError> {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    loop {
+        let (res, b) = read_more(upstream, buf).await;
+        buf = b;
+        match res {
+            Ok(0) | Err(_) => {
+                return Err(AttemptError::EngineClosed {
+                    reused,
+                    nothing_received: buf.is_empty(),
+                })
+            }
+            Ok(_) => {}
+        }
+        loop {
+            match ResponseHead::parse(&buf, Method::Post) {
+                Ok(Some((head, len))) if head.status < 200 => {
+                    buf.drain(..len);
+                }
+                Ok(Some((head, len))) => {
+                    return Ok(UpstreamHead {
+                        head,
+                        buf,
+                        head_len: len,
+                    })
+                }
+                Ok(None) if buf.len() > MAX_RESPONSE_HEAD => {
+                    return Err(AttemptError::Protocol("response head too large".into()))
+                }
+                Ok(None) => break,
+                Err(e) => return Err(AttemptError::Protocol(e.to_string())),
+            }
+        }
+    }
+}
+
+/// One attempt on one replica. On success the response was relayed to the client (fully or
+/// until the client or engine went away); on error nothing was sent to the client.
+#[allow(clippy::too_many_arguments)]
+async fn try_replica(
+    ctx: &Rc<CoreContext>,
+    snap: &Arc<Snapshot>,
+    conn: &mut ClientConn,
+    req: &ProxyRequest,
+    common: &[u8],
+    replica: usize,
+    slot: &mut ReplicaSlot,
+    watch: &mut ClientWatch,
+    may_retry_status: bool,
+    fresh_only: bool,
+    close_client: bool,
+) -> Result<Delivered, AttemptError> {
+    let entry = &snap.replicas[replica];
+    let deadline = req.deadline;
+
+    // Connect, send, and wait for the head, all raced against the client leaving.
+    let exchange = async {
+        let (mut upstream, reused) =
+            upstream_connection(ctx, snap, replica, fresh_only, deadline).await?;
+        let wire = upstream_request(&req.head, common, &entry.authority, &req.body);
+        let (res, _) = upstream.write_all(wire).await;
+        if res.is_err() {
+            return Err(AttemptError::EngineClosed {
+                reused,
+                nothing_received: true,
+            });
+        }
+        if req.body.len() > COALESCE_BODY {
+            let (res, _) = upstream.write_all(req.body.clone()).await;
+            if res.is_err() {
+                return Err(AttemptError::EngineClosed {
+                    reused,
+                    nothing_received: true,
+                });
+            }
+        }
+        match timeout_at(deadline.into(), read_upstream_head(&mut upstream, reused)).await {
+            Ok(Ok(head)) => Ok((upstream, head)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(AttemptError::Timeout),
+        }
+    };
+    let (mut upstream, up) = monoio::select! {
+        r = exchange => r?,
+        _ = watch.closed(&conn.stream) => return Err(AttemptError::ClientGone),
+    };
+    slot.head_received();
+    let status = up.head.status;
+    if may_retry_status && matches!(status, 502..=504) {
+        return Err(AttemptError::Unavailable(status));
+    }
+
+    // Commit: from here on the response belongs to this replica. A shutdown that began while
+    // the engine worked closes the client connection after this response.
+    let close_client = close_client || ctx.shutdown.is_triggered();
+    let client_minor = req.head.minor_version;
+    let mut relay = match (up.head.framing, client_minor) {
+        (BodyFraming::Length(n), _) => Relay::Length(n),
+        (BodyFraming::Chunked, 0) => Relay::Dechunk(ChunkedDecoder::new()),
+        (BodyFraming::Chunked, _) => Relay::Chunked(ChunkedDecoder::new()),
+        (BodyFraming::UntilClose, 0) => Relay::RawUntilClose,
+        (BodyFraming::UntilClose, _) => Relay::Rechunk,
+    };
+    let close_after = close_client
+        || client_minor == 0 && !matches!(relay, Relay::Length(_))
+        || matches!(relay, Relay::RawUntilClose);
+    let model = Some(req.model);
+    let replica_slot = slot.replica().metrics_slot;
+    let mut out = client_head(
+        &up.head,
+        &req.request_id,
+        &entry.id,
+        &relay,
+        close_after,
+        client_minor,
+    );
+    let mut upstream_reusable = !up.head.close;
+    let (mut done, used) = match relay.step(&up.buf[up.head_len..], &mut out) {
+        Ok(step) => step,
+        Err(e) => return Err(AttemptError::Protocol(e)),
+    };
+    if up.head_len + used < up.buf.len() {
+        upstream_reusable = false; // bytes beyond the response: never reuse
+    }
+    let mut buf = up.buf;
+    let mut first_byte_recorded = false;
+    let mut outcome = Outcome::for_status(status);
+    let idle_limit = snap.settings.request_timeout;
+
+    loop {
+        if !out.is_empty() {
+            if !first_byte_recorded {
+                ctx.recorder.ttft(model, req.started.elapsed());
+                first_byte_recorded = true;
+            }
+            let (res, returned) = conn.stream.write_all(out).await;
+            out = returned;
+            out.clear();
+            if res.is_err() {
+                outcome = Outcome::ClientClosed;
+                ctx.recorder.error(ErrorReason::ClientDisconnected);
+                upstream_reusable = false;
+                break;
+            }
+        }
+        if done {
+            break;
+        }
+        buf.clear();
+        let read = monoio::select! {
+            r = timeout_at((Instant::now() + idle_limit).into(), read_more(&mut upstream, buf)) => Some(r),
+            _ = watch.closed(&conn.stream) => None,
+        };
+        let Some(read) = read else {
+            outcome = Outcome::ClientClosed;
+            ctx.recorder.error(ErrorReason::ClientDisconnected);
+            upstream_reusable = false;
+            buf = Vec::new();
+            break;
+        };
+        let (res, returned) = match read {
+            Ok(r) => r,
+            Err(_) => {
+                // The engine went silent mid-response: cut the client's response short.
+                ctx.recorder.error(ErrorReason::UpstreamTimeout);
+                outcome = Outcome::Failed;
+                upstream_reusable = false;
+                buf = Vec::new();
+                break;
+            }
+        };
+        buf = returned;
+        match res {
+            Ok(0) | Err(_) => {
+                upstream_reusable = false;
+                match relay.finish_at_eof() {
+                    Some(tail) => {
+                        out.extend_from_slice(tail);
+                        done = true;
+                        continue;
+                    }
+                    None => {
+                        ctx.recorder.error(ErrorReason::EngineClosed);
+                        outcome = Outcome::Failed;
+                        break;
+                    }
+                }
+            }
+            Ok(n) => match relay.step(&buf[..n], &mut out) {
+                Ok((finished, used)) => {
+                    done = finished;
+                    if used < n {
+                        upstream_reusable = false;
+                    }
+                }
+                Err(_) => {
+                    ctx.recorder.error(ErrorReason::UpstreamProtocol);
+                    outcome = Outcome::Failed;
+                    upstream_reusable = false;
+                    break;
+                }
+            },
+        }
+    }
+    drop(buf);
+
+    let complete = done && outcome != Outcome::ClientClosed && outcome != Outcome::Failed;
+    if complete && upstream_reusable {
+        if let Some(state) = ctx.replica(replica) {
+            state.pool.checkin(upstream, snap.settings.pool_max_idle);
+        }
+    }
+    ctx.recorder.request(model, replica_slot, outcome);
+    ctx.recorder.duration(model, req.started.elapsed());
+    Ok(Delivered {
+        keep_client: complete && !close_after,
+    })
+}

@@ -1,0 +1,398 @@
+//! One client connection, served by two tasks, and the engine thread's registry of connections.
+//!
+//! The reader task always has a read posted, so a client close is seen at once whatever the
+//! handler is doing (sleeping, hanging, streaming). It appends bytes to the connection's inbox and
+//! wakes the handler. The handler (`exchange`) parses requests from the inbox in order and answers
+//! each as the behavior current at its head says. Every read and write is cancelable through one
+//! `Canceller`: closing a connection cancels them and waits for them to finish, so no io_uring
+//! operation is ever dropped in flight (which would keep the socket open and could lose bytes).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use inferrail_wire::{BodyFraming, ChunkedDecoder, HeadError, RequestHead};
+use monoio::io::{
+    CancelHandle, CancelableAsyncReadRent, CancelableAsyncWriteRentExt, Canceller, OwnedReadHalf,
+    OwnedWriteHalf, Splitable,
+};
+use monoio::net::TcpStream;
+
+use super::clock::Clock;
+use super::exchange::serve;
+use super::shared::Shared;
+use super::types::Behavior;
+
+/// Largest request head accepted (431 beyond).
+const MAX_HEAD: usize = 64 * 1024;
+/// Largest request body accepted (413 beyond).
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// An idle keep-alive connection is closed after this long, like uvicorn's default in vLLM.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes asked for per read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// The engine thread's state: its connections and caches. Lives on one thread only.
+pub(crate) struct Local {
+    /// State shared with the handle.
+    pub(crate) shared: Arc<Shared>,
+    conns: RefCell<HashMap<u64, Rc<Conn>>>,
+    next_conn: Cell<u64>,
+    tasks: Cell<usize>,
+    behavior: RefCell<(u64, Rc<Behavior>)>,
+    /// The `date` cache and the id generator.
+    pub(super) clock: RefCell<Clock>,
+}
+
+impl Local {
+    pub(crate) fn new(shared: Arc<Shared>) -> Local {
+        let (generation, behavior) = shared.behavior();
+        Local {
+            shared,
+            conns: RefCell::new(HashMap::new()),
+            next_conn: Cell::new(0),
+            tasks: Cell::new(0),
+            behavior: RefCell::new((generation, Rc::new(behavior))),
+            clock: RefCell::new(Clock::new()),
+        }
+    }
+
+    /// The current behavior: one atomic load unless it changed since the last request.
+    pub(super) fn behavior(&self) -> Rc<Behavior> {
+        let generation = self.shared.behavior_generation();
+        let mut cached = self.behavior.borrow_mut();
+        if cached.0 != generation {
+            let (g, b) = self.shared.behavior();
+            *cached = (g, Rc::new(b));
+        }
+        cached.1.clone()
+    }
+
+    /// Connection tasks still running.
+    pub(crate) fn live_tasks(&self) -> usize {
+        self.tasks.get()
+    }
+
+    /// Closes every connection abruptly (their tasks finish shortly after).
+    pub(crate) fn close_all(&self) {
+        let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
+        for c in conns {
+            c.close();
+        }
+    }
+
+    /// Takes over an accepted connection: spawns its reader and handler tasks.
+    pub(crate) fn adopt(self: &Rc<Self>, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        self.shared.with_stats(|s| s.connections_accepted += 1);
+        let id = self.next_conn.get();
+        self.next_conn.set(id + 1);
+        let conn = Rc::new(Conn::new());
+        self.conns.borrow_mut().insert(id, conn.clone());
+        let (rd, wr) = stream.into_split();
+
+        let guard = TaskGuard::new(self);
+        let reader_conn = conn.clone();
+        monoio::spawn(async move {
+            let _guard = guard;
+            read_loop(&reader_conn, rd).await;
+        });
+
+        let guard = TaskGuard::new(self);
+        let local = self.clone();
+        monoio::spawn(async move {
+            let _guard = guard;
+            serve(&local, &conn, wr).await;
+            conn.close();
+            local.conns.borrow_mut().remove(&id);
+        });
+    }
+}
+
+/// Counts a running connection task for as long as it lives.
+struct TaskGuard(Rc<Local>);
+
+impl TaskGuard {
+    fn new(local: &Rc<Local>) -> TaskGuard {
+        local.tasks.set(local.tasks.get() + 1);
+        TaskGuard(local.clone())
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.tasks.set(self.0.tasks.get() - 1);
+    }
+}
+
+/// Who ended an exchange early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gone {
+    /// The client closed (read returned 0 or failed, or a write failed).
+    Client,
+    /// The engine closed the connection (Refuse or stop).
+    Engine,
+}
+
+/// State shared by a connection's reader and handler tasks.
+pub(crate) struct Conn {
+    pub(super) inbox: RefCell<Vec<u8>>,
+    eof: Cell<bool>,
+    closed: Cell<bool>,
+    version: Cell<u64>,
+    waker: Cell<Option<Waker>>,
+    canceller: RefCell<Option<Canceller>>,
+    handle: CancelHandle,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        let canceller = Canceller::new();
+        let handle = canceller.handle();
+        Conn {
+            inbox: RefCell::new(Vec::new()),
+            eof: Cell::new(false),
+            closed: Cell::new(false),
+            version: Cell::new(0),
+            waker: Cell::new(None),
+            canceller: RefCell::new(Some(canceller)),
+            handle,
+        }
+    }
+
+    /// Something changed (bytes, end of input, close): wake the handler.
+    fn notify(&self) {
+        self.version.set(self.version.get().wrapping_add(1));
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Closes the connection: cancels its pending reads and writes and wakes the handler.
+    pub(crate) fn close(&self) {
+        if self.closed.replace(true) {
+            return;
+        }
+        if let Some(c) = self.canceller.borrow_mut().take() {
+            drop(c.cancel());
+        }
+        self.notify();
+    }
+
+    /// Whether, and by whom, the connection was ended.
+    pub(super) fn gone(&self) -> Option<Gone> {
+        if self.closed.get() {
+            Some(Gone::Engine)
+        } else if self.eof.get() {
+            Some(Gone::Client)
+        } else {
+            None
+        }
+    }
+
+    /// Resolves on the next [`Conn::notify`] after this call. Only the handler task waits here.
+    pub(super) fn changed(&self) -> impl Future<Output = ()> + '_ {
+        let start = self.version.get();
+        poll_fn(move |cx| {
+            if self.version.get() != start {
+                Poll::Ready(())
+            } else {
+                self.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+    }
+}
+
+async fn read_loop(conn: &Conn, mut rd: OwnedReadHalf<TcpStream>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        let (res, b) = rd.cancelable_read(buf, conn.handle.clone()).await;
+        buf = b;
+        match res {
+            Ok(n) if n > 0 => {
+                conn.inbox.borrow_mut().extend_from_slice(&buf[..n]);
+                buf.clear();
+                conn.notify();
+            }
+            // End of input, a reset, or our own cancel.
+            _ => {
+                conn.eof.set(true);
+                conn.notify();
+                return;
+            }
+        }
+    }
+}
+
+/// Waits until `until` (`None`: forever), or returns early when the connection ends.
+pub(super) async fn pause(conn: &Conn, until: Option<Instant>) -> Result<(), Gone> {
+    loop {
+        if let Some(g) = conn.gone() {
+            return Err(g);
+        }
+        let changed = conn.changed();
+        match until {
+            None => changed.await,
+            Some(until) => {
+                let now = Instant::now();
+                if now >= until {
+                    return Ok(());
+                }
+                let elapsed = monoio::select! {
+                    _ = monoio::time::sleep(until - now) => true,
+                    _ = changed => false,
+                };
+                if elapsed {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// `now + d`, or `None` (never) when that overflows.
+pub(super) fn after(from: Instant, d: Duration) -> Option<Instant> {
+    from.checked_add(d)
+}
+
+/// The handler's output side: the write half and two reusable buffers.
+pub(super) struct Writer {
+    wr: OwnedWriteHalf<TcpStream>,
+    /// Bytes of the next write.
+    pub(super) out: Vec<u8>,
+    /// Room to build one SSE event or body before framing it into `out`.
+    pub(super) scratch: Vec<u8>,
+}
+
+impl Writer {
+    pub(super) fn new(wr: OwnedWriteHalf<TcpStream>) -> Writer {
+        Writer {
+            wr,
+            out: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(1024),
+        }
+    }
+
+    /// Writes `out` in one write and empties it.
+    pub(super) async fn flush(&mut self, conn: &Conn) -> Result<(), Gone> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.out);
+        let (res, mut buf) =
+            CancelableAsyncWriteRentExt::write_all(&mut self.wr, buf, conn.handle.clone()).await;
+        buf.clear();
+        self.out = buf;
+        match res {
+            Ok(_) => Ok(()),
+            Err(_) => Err(conn.gone().unwrap_or(Gone::Client)),
+        }
+    }
+}
+
+pub(super) enum NextHead {
+    Head(RequestHead),
+    /// The connection ended or idled out between requests.
+    Done,
+    /// An unreadable head: answer this status and close.
+    Bad(u16),
+}
+
+pub(super) async fn next_head(conn: &Conn) -> NextHead {
+    loop {
+        {
+            let mut inbox = conn.inbox.borrow_mut();
+            if !inbox.is_empty() {
+                match RequestHead::parse(&inbox) {
+                    Ok(Some((head, used))) => {
+                        inbox.drain(..used);
+                        return NextHead::Head(head);
+                    }
+                    Ok(None) if inbox.len() > MAX_HEAD => return NextHead::Bad(431),
+                    Ok(None) => {}
+                    Err(HeadError::TooManyHeaders) => return NextHead::Bad(431),
+                    Err(_) => return NextHead::Bad(400),
+                }
+            }
+        }
+        if conn.gone().is_some() {
+            return NextHead::Done;
+        }
+        let idle = conn.inbox.borrow().is_empty();
+        let changed = conn.changed();
+        if idle {
+            let timed_out = monoio::select! {
+                _ = monoio::time::sleep(IDLE_TIMEOUT) => true,
+                _ = changed => false,
+            };
+            if timed_out {
+                return NextHead::Done;
+            }
+        } else {
+            changed.await;
+        }
+    }
+}
+
+pub(super) enum BodyError {
+    Gone(Gone),
+    Malformed,
+    TooLarge,
+}
+
+pub(super) async fn read_body(conn: &Conn, framing: BodyFraming) -> Result<Vec<u8>, BodyError> {
+    match framing {
+        BodyFraming::Length(0) => Ok(Vec::new()),
+        BodyFraming::Length(n) => {
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_BODY)
+                .ok_or(BodyError::TooLarge)?;
+            loop {
+                {
+                    let mut inbox = conn.inbox.borrow_mut();
+                    if inbox.len() >= n {
+                        let body = inbox[..n].to_vec();
+                        inbox.drain(..n);
+                        return Ok(body);
+                    }
+                }
+                if let Some(g) = conn.gone() {
+                    return Err(BodyError::Gone(g));
+                }
+                conn.changed().await;
+            }
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::new();
+            let mut body = Vec::new();
+            loop {
+                {
+                    let mut inbox = conn.inbox.borrow_mut();
+                    if !inbox.is_empty() {
+                        let p = decoder
+                            .feed(&inbox, Some(&mut body))
+                            .map_err(|_| BodyError::Malformed)?;
+                        inbox.drain(..p.consumed);
+                        if p.done {
+                            return Ok(body);
+                        }
+                        if body.len() > MAX_BODY {
+                            return Err(BodyError::TooLarge);
+                        }
+                    }
+                }
+                if let Some(g) = conn.gone() {
+                    return Err(BodyError::Gone(g));
+                }
+                conn.changed().await;
+            }
+        }
+        BodyFraming::UntilClose => Err(BodyError::Malformed),
+    }
+}

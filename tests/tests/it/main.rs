@@ -1,0 +1,11 @@
+//! Integration tests: real gateways and in-process engines on 127.0.0.1.
+
+mod bodies;
+mod breakers;
+mod cli;
+mod disconnect;
+mod errors;
+mod lifecycle;
+mod retries;
+mod routing;
+mod streaming;
