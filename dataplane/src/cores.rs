@@ -147,10 +147,7 @@ pub fn start_cores(
                 if let Some(cpu) = cpu {
                     core_affinity::set_for_current(cpu);
                 }
-                let rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-                    .enable_timer()
-                    .build();
-                let mut rt = match rt {
+                let mut rt = match build_runtime() {
                     Ok(rt) => rt,
                     Err(source) => {
                         let _ = ready.send(Err(StartError::Core {
@@ -212,6 +209,32 @@ pub fn start_cores(
         }
     }
     Ok(set)
+}
+
+/// Builds a core's runtime. On io_uring the ring is set up for one thread that runs its own
+/// completions: `SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN` (Linux 6.1+) makes the kernel run
+/// completion work when the core asks for events instead of interrupting it. Kernels without
+/// those flags get a plain ring; kernels without io_uring get epoll.
+type CoreRuntime = monoio::FusionRuntime<
+    monoio::time::TimeDriver<monoio::IoUringDriver>,
+    monoio::time::TimeDriver<monoio::LegacyDriver>,
+>;
+
+fn build_runtime() -> std::io::Result<CoreRuntime> {
+    let mut tuned = io_uring::IoUring::builder();
+    tuned
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_coop_taskrun();
+    monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .uring_builder(tuned)
+        .enable_timer()
+        .build()
+        .or_else(|_| {
+            monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+                .enable_timer()
+                .build()
+        })
 }
 
 async fn accept_loop(ctx: &Rc<CoreContext>, listener: TcpListener, shutdown: &Arc<ShutdownSignal>) {
