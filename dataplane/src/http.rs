@@ -224,15 +224,24 @@ pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
                     "request head did not arrive in time",
                     None,
                 );
+                let id = ctx.new_request_id();
                 let _ = conn
-                    .send(error_response(ErrorKind::RequestTimeout, None, &body, true))
+                    .send(error_response(
+                        ErrorKind::RequestTimeout,
+                        Some(&id),
+                        &body,
+                        true,
+                    ))
                     .await;
                 return;
             }
             Err(HeadFailure::Bad(kind, msg)) => {
                 ctx.recorder.error(ErrorReason::BadRequest);
                 let body = openai_error(kind, &msg, None);
-                let _ = conn.send(error_response(kind, None, &body, true)).await;
+                let id = ctx.new_request_id();
+                let _ = conn
+                    .send(error_response(kind, Some(&id), &body, true))
+                    .await;
                 return;
             }
         };

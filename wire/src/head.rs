@@ -303,6 +303,31 @@ fn header_in<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(Some((head, used))) = RequestHead::parse(&data) {
+                prop_assert_eq!(head.bytes.len(), used);
+                let _ = head.path();
+            }
+            if let Ok(Some((head, used))) = ResponseHead::parse(&data, Method::Post) {
+                prop_assert!(used <= data.len());
+                prop_assert!(head.reason().len() < head.bytes.len());
+            }
+        }
+
+        #[test]
+        fn heads_parse_the_same_at_any_prefix(cut in 0usize..200) {
+            let raw = b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello";
+            let cut = cut.min(raw.len());
+            match RequestHead::parse(&raw[..cut]).unwrap() {
+                Some((_, used)) => prop_assert!(cut >= used),
+                None => prop_assert!(cut < raw.len() - 5),
+            }
+        }
+    }
 
     #[test]
     fn partial_head_asks_for_more() {

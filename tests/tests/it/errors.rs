@@ -9,6 +9,10 @@ fn error_json(r: &inferrail_control::client::Response) -> Value {
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()));
     assert_eq!(v["error"]["code"], r.status, "{v}");
+    assert!(
+        r.header("x-request-id").is_some(),
+        "every response carries x-request-id"
+    );
     assert!(v["error"]["message"].is_string());
     assert!(v["error"]["type"].is_string());
     v
