@@ -217,30 +217,19 @@ pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
         let head = match conn.read_head(snap.settings.header_read_timeout).await {
             Ok(head) => head,
             Err(HeadFailure::Idle) => return,
-            Err(HeadFailure::Timeout) => {
-                ctx.recorder.error(ErrorReason::BodyTimeout);
-                let body = openai_error(
-                    ErrorKind::RequestTimeout,
-                    "request head did not arrive in time",
-                    None,
-                );
-                let id = ctx.new_request_id();
-                let _ = conn
-                    .send(error_response(
+            Err(failure) => {
+                let refusal = match failure {
+                    HeadFailure::Timeout => Refusal::new(
                         ErrorKind::RequestTimeout,
-                        Some(&id),
-                        &body,
-                        true,
-                    ))
-                    .await;
-                return;
-            }
-            Err(HeadFailure::Bad(kind, msg)) => {
-                ctx.recorder.error(ErrorReason::BadRequest);
-                let body = openai_error(kind, &msg, None);
+                        ErrorReason::BodyTimeout,
+                        "request head did not arrive in time".into(),
+                    ),
+                    HeadFailure::Bad(kind, msg) => Refusal::new(kind, ErrorReason::BadRequest, msg),
+                    HeadFailure::Idle => return,
+                };
                 let id = ctx.new_request_id();
                 let _ = conn
-                    .send(error_response(kind, Some(&id), &body, true))
+                    .send(refusal.record(&ctx).response(&id, false, true))
                     .await;
                 return;
             }
@@ -270,31 +259,80 @@ fn route(path: &[u8]) -> Option<Route> {
     }
 }
 
-/// A complete error response with the OpenAI body, the request id and, for 503, Retry-After.
-pub(crate) fn error_response(
+/// An error the gateway answers itself, in the OpenAI shape.
+pub(crate) struct Refusal {
     kind: ErrorKind,
-    request_id: Option<&str>,
-    body: &[u8],
+    reason: ErrorReason,
+    message: String,
+    /// `param` of the error body.
+    param: Option<&'static str>,
+    /// `allow` header value for 405.
+    allow: &'static [u8],
+    /// The connection must close after the answer (its body was not read).
     close: bool,
-) -> Vec<u8> {
-    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(3);
-    if let Some(id) = request_id {
-        headers.push(("x-request-id", id.as_bytes()));
+}
+
+impl Refusal {
+    /// A refusal that keeps the connection open.
+    pub(crate) fn new(kind: ErrorKind, reason: ErrorReason, message: String) -> Refusal {
+        Refusal {
+            kind,
+            reason,
+            message,
+            param: None,
+            allow: b"",
+            close: false,
+        }
     }
-    if kind == ErrorKind::ServiceUnavailable {
-        headers.push(("retry-after", b"1"));
+
+    fn closing(mut self, close: bool) -> Refusal {
+        self.close |= close;
+        self
     }
-    if kind == ErrorKind::MethodNotAllowed {
-        headers.push(("allow", b"POST"));
+
+    fn allow(mut self, allow: &'static [u8]) -> Refusal {
+        self.allow = allow;
+        self
     }
-    full_response(
-        kind.status(),
-        &headers,
-        Some("application/json"),
-        body,
-        false,
-        close,
-    )
+
+    fn param(mut self, param: &'static str) -> Refusal {
+        self.param = Some(param);
+        self
+    }
+
+    /// Counts the error on this core.
+    pub(crate) fn record(self, ctx: &CoreContext) -> Refusal {
+        ctx.recorder.error(self.reason);
+        self
+    }
+
+    /// The response bytes: OpenAI error body, `x-request-id`, `retry-after` on 503, `allow` on 405.
+    pub(crate) fn response(&self, request_id: &str, head_only: bool, close: bool) -> Vec<u8> {
+        let body = openai_error(self.kind, &self.message, self.param);
+        let mut headers: Vec<(&str, &[u8])> = vec![("x-request-id", request_id.as_bytes())];
+        if self.kind == ErrorKind::ServiceUnavailable {
+            headers.push(("retry-after", b"1"));
+        }
+        if !self.allow.is_empty() {
+            headers.push(("allow", self.allow));
+        }
+        full_response(
+            self.kind.status(),
+            &headers,
+            Some("application/json"),
+            &body,
+            head_only,
+            close || self.close,
+        )
+    }
+}
+
+/// What a request turned into once its head (and, for completions, its body) was read.
+enum Prepared {
+    /// Answer locally with these bytes; then close the connection if the flag says so.
+    Local(Vec<u8>, bool),
+    /// Proxy it.
+    Proxy(ProxyRequest),
 }
 
 /// Handles one request whose head was read. Returns whether the connection may serve another.
@@ -309,108 +347,97 @@ async fn handle_request(
         Some(v) if is_valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
         _ => ctx.new_request_id(),
     };
-    let has_body = head.framing != BodyFraming::Length(0);
-    // A refused request whose body was not read leaves the connection unusable.
-    let close_if_refused = head.close || has_body;
     let head_only = head.method == Method::Head;
-
-    let reject = |kind: ErrorKind, reason: ErrorReason, msg: &str, allow: &[u8], close: bool| {
-        ctx.recorder.error(reason);
-        ctx.recorder.request(None, None, Outcome::Rejected);
-        let body = openai_error(kind, msg, None);
-        let mut headers: Vec<(&str, &[u8])> = vec![("x-request-id", request_id.as_bytes())];
-        if !allow.is_empty() {
-            headers.push(("allow", allow));
+    let close = head.close;
+    match prepare(snap, conn, head, &request_id, started).await {
+        Ok(Prepared::Proxy(request)) => forward(ctx, snap, conn, request).await,
+        Ok(Prepared::Local(bytes, close_after)) => conn.send(bytes).await && !close_after,
+        Err(None) => {
+            // The client left while sending its body.
+            ctx.recorder.error(ErrorReason::ClientDisconnected);
+            ctx.recorder.request(None, None, Outcome::ClientClosed);
+            false
         }
-        full_response(
-            kind.status(),
-            &headers,
-            Some("application/json"),
-            &body,
-            head_only,
+        Err(Some(refusal)) => {
+            let refusal = refusal.record(ctx);
+            ctx.recorder.request(None, None, Outcome::Rejected);
+            let keep = !close && !refusal.close;
+            conn.send(refusal.response(&request_id, head_only, close))
+                .await
+                && keep
+        }
+    }
+}
+
+/// Routes the request, reads the body of a completion and fixes its model name. `Err(None)` means
+/// the client went away.
+async fn prepare(
+    snap: &Arc<Snapshot>,
+    conn: &mut ClientConn,
+    head: RequestHead,
+    request_id: &str,
+    started: Instant,
+) -> Result<Prepared, Option<Refusal>> {
+    // A refused request whose body was not read leaves the connection unusable.
+    let unread_body = head.framing != BodyFraming::Length(0);
+    let head_only = head.method == Method::Head;
+    let local_method = matches!(head.method, Method::Get | Method::Head);
+    let local = |content_type: Option<&str>, body: &[u8]| {
+        let id = [("x-request-id", request_id.as_bytes())];
+        let close = head.close || unread_body;
+        Prepared::Local(
+            full_response(200, &id, content_type, body, head_only, close),
             close,
         )
     };
-
-    let route = route(head.path());
-    let local_ok = matches!(head.method, Method::Get | Method::Head);
-    match route {
+    match route(head.path()) {
         None => {
-            let r = reject(
+            let r = Refusal::new(
                 ErrorKind::NotFound,
                 ErrorReason::NotFound,
-                "Not Found",
-                b"",
-                close_if_refused,
+                "Not Found".into(),
             );
-            return conn.send(r).await && !close_if_refused;
+            return Err(Some(r.closing(unread_body)));
         }
-        Some(Route::Health | Route::Models) if !local_ok => {
-            let r = reject(
+        Some(Route::Health | Route::Models) if !local_method => {
+            let r = Refusal::new(
                 ErrorKind::MethodNotAllowed,
                 ErrorReason::MethodNotAllowed,
-                "Method Not Allowed",
-                b"GET, HEAD",
-                close_if_refused,
+                "Method Not Allowed".into(),
             );
-            return conn.send(r).await && !close_if_refused;
+            return Err(Some(r.allow(b"GET, HEAD").closing(unread_body)));
         }
-        Some(Route::Health) => {
-            let r = full_response(
-                200,
-                &[("x-request-id", request_id.as_bytes())],
-                None,
-                b"",
-                head_only,
-                close_if_refused,
-            );
-            return conn.send(r).await && !close_if_refused;
-        }
-        Some(Route::Models) => {
-            let r = full_response(
-                200,
-                &[("x-request-id", request_id.as_bytes())],
-                Some("application/json"),
-                &snap.models_body,
-                head_only,
-                close_if_refused,
-            );
-            return conn.send(r).await && !close_if_refused;
-        }
+        Some(Route::Health) => return Ok(local(None, b"")),
+        Some(Route::Models) => return Ok(local(Some("application/json"), &snap.models_body)),
         Some(Route::Completion) if head.method != Method::Post => {
-            let r = reject(
+            let r = Refusal::new(
                 ErrorKind::MethodNotAllowed,
                 ErrorReason::MethodNotAllowed,
-                "Method Not Allowed",
-                b"POST",
-                close_if_refused,
+                "Method Not Allowed".into(),
             );
-            return conn.send(r).await && !close_if_refused;
+            return Err(Some(r.allow(b"POST").closing(unread_body)));
         }
         Some(Route::Completion) => {}
     }
 
     // A completion. Refuse an oversized upload before it starts.
     let settings = &snap.settings;
-    if let BodyFraming::Length(n) = head.framing {
-        if n > settings.max_body_bytes {
-            let msg = format!(
-                "request body of {n} bytes exceeds the limit of {} bytes",
+    let too_large = || {
+        Refusal::new(
+            ErrorKind::PayloadTooLarge,
+            ErrorReason::BodyTooLarge,
+            format!(
+                "request body exceeds the limit of {} bytes",
                 settings.max_body_bytes
-            );
-            let r = reject(
-                ErrorKind::PayloadTooLarge,
-                ErrorReason::BodyTooLarge,
-                &msg,
-                b"",
-                true,
-            );
-            let _ = conn.send(r).await;
-            return false;
-        }
+            ),
+        )
+        .closing(true)
+    };
+    if matches!(head.framing, BodyFraming::Length(n) if n > settings.max_body_bytes) {
+        return Err(Some(too_large()));
     }
     if head.expect_continue && !conn.send(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await {
-        return false;
+        return Err(None);
     }
     let deadline = started + settings.request_timeout;
     let body = match conn
@@ -418,51 +445,28 @@ async fn handle_request(
         .await
     {
         Ok(body) => body,
-        Err(BodyFailure::Closed) => {
-            ctx.recorder.error(ErrorReason::ClientDisconnected);
-            ctx.recorder.request(None, None, Outcome::ClientClosed);
-            return false;
-        }
+        Err(BodyFailure::Closed) => return Err(None),
         Err(BodyFailure::Timeout) => {
-            let r = reject(
-                ErrorKind::RequestTimeout,
-                ErrorReason::BodyTimeout,
-                "request body did not arrive within the request timeout",
-                b"",
-                true,
-            );
-            let _ = conn.send(r).await;
-            return false;
+            return Err(Some(
+                Refusal::new(
+                    ErrorKind::RequestTimeout,
+                    ErrorReason::BodyTimeout,
+                    "request body did not arrive within the request timeout".into(),
+                )
+                .closing(true),
+            ))
         }
-        Err(BodyFailure::TooLarge) => {
-            let msg = format!(
-                "request body exceeds the limit of {} bytes",
-                settings.max_body_bytes
-            );
-            let r = reject(
-                ErrorKind::PayloadTooLarge,
-                ErrorReason::BodyTooLarge,
-                &msg,
-                b"",
-                true,
-            );
-            let _ = conn.send(r).await;
-            return false;
-        }
+        Err(BodyFailure::TooLarge) => return Err(Some(too_large())),
         Err(BodyFailure::Malformed(msg)) => {
-            let r = reject(
-                ErrorKind::BadRequest,
-                ErrorReason::BadRequest,
-                &msg,
-                b"",
-                true,
-            );
-            let _ = conn.send(r).await;
-            return false;
+            return Err(Some(
+                Refusal::new(ErrorKind::BadRequest, ErrorReason::BadRequest, msg).closing(true),
+            ))
         }
     };
 
     // Only `model` is read; an alias or a missing model is fixed by splicing those bytes.
+    let bad_request =
+        |msg: String| Refusal::new(ErrorKind::BadRequest, ErrorReason::BadRequest, msg);
     let (model, body) = match find_model(&body) {
         Ok(ModelField::Present { name, value }) => match snap.model_index(&name) {
             Some(m) if snap.models[m].name == name => (m, body),
@@ -476,18 +480,8 @@ async fn handle_request(
                     "The model `{name}` does not exist. Valid aliases: {}.",
                     snap.valid_names().join(", ")
                 );
-                ctx.recorder.error(ErrorReason::UnknownModel);
-                ctx.recorder.request(None, None, Outcome::Rejected);
-                let body = openai_error(ErrorKind::NotFound, &msg, Some("model"));
-                let r = full_response(
-                    404,
-                    &[("x-request-id", request_id.as_bytes())],
-                    Some("application/json"),
-                    &body,
-                    false,
-                    head.close,
-                );
-                return conn.send(r).await && !head.close;
+                let r = Refusal::new(ErrorKind::NotFound, ErrorReason::UnknownModel, msg);
+                return Err(Some(r.param("model")));
             }
         },
         Ok(field @ ModelField::Absent { .. }) if snap.models.len() == 1 => {
@@ -495,34 +489,20 @@ async fn handle_request(
             (0, spliced)
         }
         Ok(ModelField::Absent { .. }) => {
-            let r = reject(
-                ErrorKind::BadRequest,
-                ErrorReason::BadRequest,
-                "`model` is required when the gateway serves more than one model",
-                b"",
-                head.close,
-            );
-            return conn.send(r).await && !head.close;
+            return Err(Some(bad_request(
+                "`model` is required when the gateway serves more than one model".into(),
+            )))
         }
         Err(e @ (ModelFieldError::NotAString | ModelFieldError::NotJsonObject(_))) => {
-            let r = reject(
-                ErrorKind::BadRequest,
-                ErrorReason::BadRequest,
-                &e.to_string(),
-                b"",
-                head.close,
-            );
-            return conn.send(r).await && !head.close;
+            return Err(Some(bad_request(e.to_string())))
         }
     };
-
-    let request = ProxyRequest {
+    Ok(Prepared::Proxy(ProxyRequest {
         head,
         body,
         model,
-        request_id,
+        request_id: request_id.to_string(),
         started,
         deadline,
-    };
-    forward(ctx, snap, conn, request).await
+    }))
 }

@@ -3,14 +3,14 @@
 
 use crate::core_state::{CoreContext, ReplicaSlot};
 use crate::errors::AttemptError;
-use crate::http::{error_response, read_more, ClientConn};
+use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::snapshot::Snapshot;
 use crate::sockets::ClientWatch;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
-    encode_chunk, openai_error, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method,
-    RequestHead, ResponseHead, LAST_CHUNK,
+    encode_chunk, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method, RequestHead,
+    ResponseHead, LAST_CHUNK,
 };
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
@@ -272,41 +272,33 @@ pub async fn forward(
     }
 
     // Nothing reached the client: answer the failure ourselves.
-    let (kind, message, replica_label) = match &last_failure {
+    let (refusal, replica_label, outcome) = match &last_failure {
         Some((e, replica)) => {
             let id = snap.replicas.get(*replica).map_or("?", |r| r.id.as_str());
             let (kind, msg) = e.client_error(id);
-            (kind, msg, Some(replica_metrics(ctx, *replica)))
-        }
-        None => {
-            ctx.recorder.error(ErrorReason::FleetFull);
+            // The attempt's own error was counted when it failed.
+            let refusal = Refusal::new(kind, e.reason(), msg);
             (
-                ErrorKind::ServiceUnavailable,
-                format!(
-                    "every replica of model `{}` is at its concurrency limit",
-                    snap.models[req.model].name
-                ),
-                None,
+                refusal,
+                Some(replica_metrics(ctx, *replica)),
+                Outcome::Failed,
             )
         }
-    };
-    let outcome = if last_failure.is_some() {
-        Outcome::Failed
-    } else {
-        Outcome::Rejected
+        None => {
+            let msg = format!(
+                "every replica of model `{}` is at its concurrency limit",
+                snap.models[req.model].name
+            );
+            let refusal = Refusal::new(ErrorKind::ServiceUnavailable, ErrorReason::FleetFull, msg);
+            (refusal.record(ctx), None, Outcome::Rejected)
+        }
     };
     ctx.recorder
         .request(Some(req.model), replica_label, outcome);
     ctx.recorder
         .duration(Some(req.model), req.started.elapsed());
-    let body = openai_error(kind, &message, None);
-    conn.send(error_response(
-        kind,
-        Some(&req.request_id),
-        &body,
-        close_client,
-    ))
-    .await
+    conn.send(refusal.response(&req.request_id, false, close_client))
+        .await
         && !close_client
 }
 

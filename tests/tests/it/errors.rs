@@ -186,3 +186,22 @@ fn malformed_head_is_400() {
     assert_eq!(r.status, 400);
     error_json(&r);
 }
+
+#[test]
+fn a_local_answer_to_a_request_with_an_unread_body_closes_the_connection() {
+    let e = engines(1, EngineBehavior::Instant);
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    let mut c = connect(gw.addr);
+    c.stream()
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+        .unwrap();
+    let r = c.read_response("GET").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    let mut rest = [0u8; 64];
+    assert_eq!(
+        std::io::Read::read(c.stream(), &mut rest).unwrap(),
+        0,
+        "closed, body not parsed as a request"
+    );
+}
