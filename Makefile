@@ -17,7 +17,9 @@ fmt:
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# The CLI tests run the real binaries, which nextest does not build for another package.
 unit:
+	$(CARGO) build --workspace --bins
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 doc:

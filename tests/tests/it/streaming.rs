@@ -208,3 +208,76 @@ fn request_ids_are_generated_when_missing_or_malformed() {
         .unwrap();
     assert_eq!(health.header("x-request-id"), Some("h-1"));
 }
+
+#[test]
+fn http10_clients_get_a_close_delimited_body() {
+    let e = engines(
+        1,
+        EngineBehavior::Stream {
+            chunks: 3,
+            interval: std::time::Duration::from_millis(10),
+        },
+    );
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    let mut c = connect(gw.addr);
+    let body = chat(MODEL, true);
+    let mut wire = format!(
+        "POST /v1/chat/completions HTTP/1.0\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    wire.extend_from_slice(&body);
+    std::io::Write::write_all(c.stream(), &wire).unwrap();
+    let r = c.read_response("POST").unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        r.raw.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&r.raw)
+    );
+    assert_eq!(
+        r.header("transfer-encoding"),
+        None,
+        "no chunked framing for HTTP/1.0"
+    );
+    assert!(r.text().ends_with("data: [DONE]\n\n"), "{}", r.text());
+}
+
+#[test]
+fn a_close_delimited_engine_body_is_rechunked() {
+    let e = engines(1, EngineBehavior::Instant);
+    let payload = b"data: one\n\ndata: [DONE]\n\n";
+    let mut response =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_vec();
+    response.extend_from_slice(payload);
+    e[0].set_behavior(EngineBehavior::Raw {
+        parts: vec![response],
+        gap: Duration::ZERO,
+    });
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    let mut c = connect(gw.addr);
+    let r = c
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(&chat(MODEL, true)),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, payload);
+    // The client connection stays usable.
+    e[0].set_behavior(EngineBehavior::Instant);
+    assert_eq!(
+        c.call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(&chat(MODEL, false))
+        )
+        .unwrap()
+        .status,
+        200
+    );
+}
