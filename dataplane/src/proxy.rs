@@ -489,10 +489,25 @@ async fn try_replica(
                 ctx.recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
-            let (res, returned) = conn.stream.write_all(out).await;
-            out = returned;
-            out.clear();
-            if res.is_err() {
+            // A client that stops reading may not hold the engine forever: the same idle limit
+            // as for engine reads applies to each write.
+            let write = timeout_at(
+                (Instant::now() + idle_limit).into(),
+                conn.stream.write_all(out),
+            )
+            .await;
+            let written = match write {
+                Ok((res, returned)) => {
+                    out = returned;
+                    out.clear();
+                    res.is_ok()
+                }
+                Err(_) => {
+                    out = Vec::new();
+                    false
+                }
+            };
+            if !written {
                 outcome = Outcome::ClientClosed;
                 ctx.recorder.error(ErrorReason::ClientDisconnected);
                 upstream_reusable = false;

@@ -98,3 +98,41 @@ fn disconnect_mid_body_never_reaches_the_engine() {
     }));
     assert_eq!(e[0].stats().requests, 0);
 }
+
+#[test]
+fn a_client_that_stops_reading_releases_the_engine() {
+    let e = engines(1, EngineBehavior::Instant);
+    let body = vec![b'x'; 32 * 1024 * 1024];
+    let mut response =
+        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    response.extend_from_slice(&body);
+    e[0].set_behavior(EngineBehavior::Raw {
+        parts: vec![response],
+        gap: Duration::ZERO,
+    });
+    let gw = TestGateway::start(&config_yaml(
+        &e,
+        "round_robin",
+        "  request_timeout: 300ms\n",
+        "",
+    ));
+    let mut c = connect(gw.addr);
+    c.send(
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        Some(&chat(MODEL, false)),
+    )
+    .unwrap();
+    // Never read: the gateway's writes stall, and after the idle limit it gives up.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let m = gw.metrics();
+            metric(&m, "inferrail_errors_total{reason=\"client_disconnected\"}") == Some(1.0)
+                && metric(&m, "inferrail_in_flight{replica=\"engine-0\"}") == Some(0.0)
+        }),
+        "{}",
+        gw.metrics()
+    );
+    drop(c);
+}
