@@ -175,3 +175,28 @@ fn stale_pooled_connection_is_retried_on_a_fresh_one() {
     assert_eq!(r.status, 200, "even with max_attempts 1: {}", r.text());
     assert_eq!(second.stats().requests, 1);
 }
+
+#[test]
+fn an_engine_speaking_garbage_gets_502_without_retry() {
+    let e = engines(2, EngineBehavior::Instant);
+    for x in &e {
+        x.set_behavior(EngineBehavior::Raw {
+            parts: vec![b"SSH-2.0-OpenSSH\r\n\r\n".to_vec()],
+            gap: Duration::ZERO,
+        });
+    }
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", RETRY));
+    let r = post_chat(gw.addr, &chat(MODEL, false));
+    assert_eq!(r.status, 502, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"]["type"], "BadGatewayError");
+    let total: u64 = e.iter().map(|x| x.stats().requests).sum();
+    assert_eq!(total, 1, "a protocol error is not retried");
+    assert_eq!(
+        metric(
+            &gw.metrics(),
+            "inferrail_errors_total{reason=\"upstream_protocol\"}"
+        ),
+        Some(1.0)
+    );
+}
