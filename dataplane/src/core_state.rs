@@ -303,7 +303,14 @@ impl CoreContext {
 
     /// A fresh request id: 32 lowercase hex digits, like vLLM's.
     pub fn new_request_id(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut ids = self.ids.borrow_mut();
-        format!("{:016x}{:016x}", ids.next_u64(), ids.next_u64())
+        let mut id = String::with_capacity(32);
+        for word in [ids.next_u64(), ids.next_u64()] {
+            for shift in (0..16).rev() {
+                id.push(char::from(HEX[((word >> (shift * 4)) & 0xf) as usize]));
+            }
+        }
+        id
     }
 }

@@ -28,6 +28,8 @@ pub struct ClientConn {
     /// Bytes read and not consumed, starting at `pos`.
     buf: Vec<u8>,
     pos: usize,
+    /// A response buffer kept between requests so a request does not allocate one.
+    spare: Vec<u8>,
 }
 
 /// Why the head of the next request could not be had.
@@ -71,6 +73,7 @@ impl ClientConn {
             stream,
             buf: Vec::with_capacity(READ_CHUNK),
             pos: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -193,6 +196,19 @@ impl ClientConn {
                 }
             }
             BodyFraming::UntilClose => Err(BodyFailure::Malformed("no body framing".into())),
+        }
+    }
+
+    /// The connection's spare buffer (empty, possibly with capacity).
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Keeps `buf` for the next request unless it grew large.
+    pub(crate) fn put_spare(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= 4 * READ_CHUNK {
+            buf.clear();
+            self.spare = buf;
         }
     }
 

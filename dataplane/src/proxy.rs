@@ -9,8 +9,8 @@ use crate::snapshot::Snapshot;
 use crate::sockets::ClientWatch;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
-    encode_chunk, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method, RequestHead,
-    ResponseHead, LAST_CHUNK,
+    encode_chunk, push_decimal, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method,
+    RequestHead, ResponseHead, LAST_CHUNK,
 };
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
@@ -70,11 +70,9 @@ fn upstream_request(head: &RequestHead, common: &[u8], authority: &str, body: &[
     out.extend_from_slice(b" HTTP/1.1\r\n");
     push_header(&mut out, b"host", authority.as_bytes());
     out.extend_from_slice(common);
-    push_header(
-        &mut out,
-        b"content-length",
-        body.len().to_string().as_bytes(),
-    );
+    out.extend_from_slice(b"content-length: ");
+    push_decimal(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(b"\r\n");
     if coalesce {
         out.extend_from_slice(body);
@@ -153,7 +151,7 @@ fn client_head(
     } else {
         b"HTTP/1.1 "
     });
-    out.extend_from_slice(up.status.to_string().as_bytes());
+    push_decimal(&mut out, u64::from(up.status));
     out.push(b' ');
     out.extend_from_slice(up.reason());
     out.extend_from_slice(b"\r\n");
@@ -354,8 +352,9 @@ struct UpstreamHead {
 async fn read_upstream_head(
     upstream: &mut TcpStream,
     reused: bool,
+    mut buf: Vec<u8>,
 ) -> Result<UpstreamHead, AttemptError> {
-    let mut buf = Vec::with_capacity(16 * 1024);
+    buf.clear();
     loop {
         let (res, b) = read_more(upstream, buf).await;
         buf = b;
@@ -410,6 +409,7 @@ async fn try_replica(
     let deadline = req.deadline;
 
     // Connect, send, and wait for the head, all raced against the client leaving.
+    let spare = conn.take_spare();
     let exchange = async {
         let (mut upstream, reused) =
             upstream_connection(ctx, snap, replica, fresh_only, deadline).await?;
@@ -430,7 +430,12 @@ async fn try_replica(
                 });
             }
         }
-        match timeout_at(deadline.into(), read_upstream_head(&mut upstream, reused)).await {
+        match timeout_at(
+            deadline.into(),
+            read_upstream_head(&mut upstream, reused, spare),
+        )
+        .await
+        {
             Ok(Ok(head)) => Ok((upstream, head)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(AttemptError::Timeout),
@@ -573,7 +578,7 @@ async fn try_replica(
             },
         }
     }
-    drop(buf);
+    conn.put_spare(buf);
 
     let complete = done && outcome != Outcome::ClientClosed && outcome != Outcome::Failed;
     if complete && upstream_reusable {

@@ -14,7 +14,7 @@ pub fn full_response(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(128 + body.len());
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.to_string().as_bytes());
+    push_decimal(&mut out, u64::from(status));
     out.push(b' ');
     out.extend_from_slice(reason_phrase(status).as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -24,11 +24,9 @@ pub fn full_response(
     if let Some(ct) = content_type {
         push_header(&mut out, b"content-type", ct.as_bytes());
     }
-    push_header(
-        &mut out,
-        b"content-length",
-        body.len().to_string().as_bytes(),
-    );
+    out.extend_from_slice(b"content-length: ");
+    push_decimal(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
     if close {
         push_header(&mut out, b"connection", b"close");
     }
@@ -37,6 +35,21 @@ pub fn full_response(
         out.extend_from_slice(body);
     }
     out
+}
+
+/// Appends `n` in decimal without going through `fmt`.
+pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// Appends one `name: value` header line.
@@ -50,6 +63,15 @@ pub fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals() {
+        for n in [0u64, 7, 10, 99, 100, 65535, u64::MAX] {
+            let mut out = Vec::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
 
     #[test]
     fn head_only_keeps_length() {
