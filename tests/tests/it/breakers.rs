@@ -49,8 +49,8 @@ fn concurrency_cap_never_overshoots_across_cores() {
         assert_eq!(r.header("retry-after"), Some("1"));
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["error"]["code"], 503);
-        // Refused at once: well before the 300 ms an engine slot takes.
-        assert!(*took < Duration::from_millis(290), "{took:?}");
+        // Refused at once: it did not wait for one of the engines' 1 s slots to free.
+        assert!(*took < Duration::from_millis(900), "{took:?}");
     }
     assert!(started.elapsed() < Duration::from_secs(10));
     let text = gw.metrics();
