@@ -12,6 +12,7 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+pub mod engine;
 pub mod scripted;
 
 pub use scripted::{Behavior, EngineOptions, EngineStats, ReceivedRequest, ScriptedEngine};
