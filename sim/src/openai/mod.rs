@@ -1,0 +1,77 @@
+//! vLLM 0.32's OpenAI-compatible HTTP surface as pure functions (no I/O): request parsing and
+//! validation, response bodies, SSE events and error bodies, byte for byte as vLLM writes them.
+//!
+//! The engine supplies generated text, token counts and ids; this module only formats.
+//! Flow for a completion request:
+//! 1. [`route`] the method and path (404/405 bodies as Starlette writes them);
+//! 2. [`parse_request`] the body (FastAPI/pydantic errors, model check, vLLM's validators,
+//!    and a 400 naming any parameter the simulator cannot model faithfully);
+//! 3. tokenize, then [`check_prompt_len`] for the effective `max_tokens`;
+//! 4. [`response_id`] from `X-Request-Id` / the body's `request_id` / a random id;
+//! 5. [`completion_body`] or a [`StreamWriter`] for the answer.
+
+mod error;
+mod request;
+mod response;
+
+pub use error::{python_json_error, ApiError};
+pub use request::{
+    check_prompt_len, parse_request, response_id, Api, ChatMessage, CompletionRequest, PromptInput,
+    ServerInfo,
+};
+pub use response::{
+    chat_completion_body, completion_body, models_body, text_completion_body, Finish, Generated,
+    ModelCard, ResponseMeta, StreamWriter, Usage, CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, DONE_EVENT,
+    RESET_PREFIX_CACHE_BODY, VERSION_BODY, VLLM_VERSION,
+};
+
+/// A route the simulator serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `GET /v1/models`.
+    Models,
+    /// `GET /health` (200, empty body, no content-type).
+    Health,
+    /// `GET /version`.
+    Version,
+    /// `GET /metrics`.
+    Metrics,
+    /// `POST /reset_prefix_cache`.
+    ResetPrefixCache,
+    /// `POST /tokenize`.
+    Tokenize,
+}
+
+/// Resolves a method and path (query string already removed) to a route, or Starlette's
+/// 404 (`{"detail":"Not Found"}`) / 405 (`{"detail":"Method Not Allowed"}` with `allow`).
+pub fn route(method: &str, path: &str) -> Result<Route, ApiError> {
+    let (route, allowed) = match path {
+        "/v1/chat/completions" => (Route::ChatCompletions, "POST"),
+        "/v1/completions" => (Route::Completions, "POST"),
+        "/v1/models" => (Route::Models, "GET"),
+        "/health" => (Route::Health, "GET"),
+        "/version" => (Route::Version, "GET"),
+        "/metrics" => (Route::Metrics, "GET"),
+        "/reset_prefix_cache" => (Route::ResetPrefixCache, "POST"),
+        "/tokenize" => (Route::Tokenize, "POST"),
+        _ => return Err(ApiError::route_not_found()),
+    };
+    if method == allowed {
+        Ok(route)
+    } else {
+        Err(ApiError::method_not_allowed(allowed))
+    }
+}
+
+/// Which API a completion route serves.
+pub fn api_of(route: Route) -> Option<Api> {
+    match route {
+        Route::ChatCompletions => Some(Api::Chat),
+        Route::Completions => Some(Api::Completions),
+        _ => None,
+    }
+}
