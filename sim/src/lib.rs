@@ -3,9 +3,10 @@
 //!
 //! It owns everything an engine does from the outside: vLLM's HTTP API and bytes ([`openai`]),
 //! its scheduler, KV blocks and prefix cache ([`engine`]), its Prometheus page ([`prom`]), and
-//! later KV events. These pure pieces are not yet served over HTTP; today's server is the
-//! scripted engine ([`ScriptedEngine`]) that the gateway's tests, `inferrail demo` and the
-//! overhead benchmarks run against.
+//! its KV events ([`kv_events`]: vLLM's msgpack batches and a ZMTP PUB socket), and the server
+//! that runs them all on a virtual timeline ([`server::SimServer`], the `inferrail-sim` binary).
+//! The scripted engine ([`ScriptedEngine`]) is the fault-injecting stand-in the gateway's tests
+//! and `inferrail demo` use.
 //!
 //! It must never depend on the gateway crates (dataplane, control): the gateway is tested
 //! against this engine, so the engine cannot share the gateway's code or its bugs.
@@ -14,8 +15,10 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod kv_events;
 pub mod openai;
 pub mod prom;
 pub mod scripted;
+pub mod server;
 
 pub use scripted::{Behavior, EngineOptions, EngineStats, ReceivedRequest, ScriptedEngine};

@@ -1,4 +1,5 @@
-//! `inferrail-sim`: runs the scripted engine standalone, with flags named like `vllm serve`'s.
+//! `inferrail-sim`: the simulated vLLM engine (or, with `--scripted`, the scripted test engine),
+//! with flags named like `vllm serve`'s.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -6,50 +7,59 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use inferrail_sim::server::{SimOptions, SimServer, StartError};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
 
 const USAGE: &str = "\
-usage: inferrail-sim [--host HOST] [--port PORT] [--served-model-name NAME] [--zero-latency]
+usage: inferrail-sim [OPTIONS]
 
-An OpenAI-compatible engine that answers like vLLM (shapes, not yet bytes or timing).
+A CPU engine that behaves like vLLM 0.32: its HTTP API, V1 scheduler (continuous batching,
+chunked prefill, prefix caching, preemption), latency model and /metrics.
 
-  --host HOST                address to listen on (default 127.0.0.1)
-  --port PORT                TCP port (default 8000)
-  --served-model-name NAME   the model name clients must use (default sim-llama)
-  --zero-latency             answer every request at once (for gateway overhead benchmarks);
-                             without it, responses stream 16 tokens 20 ms apart
-  -h, --help                 print this help
+  --host HOST                       address to listen on (default 127.0.0.1)
+  --port PORT                       TCP port (default 8000)
+  --served-model-name NAME          the model name clients must use (default sim-llama)
+  --max-num-batched-tokens N        token budget per step (default 2048)
+  --max-num-seqs N                  running requests at most (default 256)
+  --block-size N                    tokens per KV block (default 16)
+  --num-gpu-blocks-override N       KV blocks in the pool (default 2560)
+  --enable-prefix-caching           (default)
+  --no-enable-prefix-caching        turn prefix caching off
+  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens
+  --enable-request-id-headers       send an x-request-id header with every response
+  --max-model-len N                 prompt plus output tokens at most (default 32768)
+  --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
+  --zero-latency                    every step free (for gateway overhead benchmarks)
+  --seed N                          mixed into every request's sampler seed (default 0)
+  --scripted                        run the scripted test engine instead (only --host, --port,
+                                    --served-model-name and --zero-latency apply; without
+                                    --zero-latency it streams 16 tokens 20 ms apart)
+  -h, --help                        print this help
 ";
-
-/// Parsed command line.
-#[derive(Debug, PartialEq)]
-struct Args {
-    host: IpAddr,
-    port: u16,
-    model: String,
-    zero_latency: bool,
-}
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 enum Command {
-    Run(Args),
+    Run(SimOptions),
+    Scripted(SimOptions),
     Help,
 }
 
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{flag}: not a valid number: {v}"))
+}
+
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut out = Args {
-        host: IpAddr::from([127, 0, 0, 1]),
-        port: 8000,
-        model: "sim-llama".to_owned(),
-        zero_latency: false,
-    };
+    let mut o = SimOptions::default();
+    let mut scripted = false;
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
         };
+        let switch = inline.is_none();
         let mut value = |name: &str| -> Result<String, String> {
             inline
                 .clone()
@@ -60,13 +70,13 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             "-h" | "--help" => return Ok(Command::Help),
             "--host" => {
                 let v = value("--host")?;
-                out.host = v
-                    .parse()
+                o.host = v
+                    .parse::<IpAddr>()
                     .map_err(|_| format!("--host: not an IP address: {v}"))?;
             }
             "--port" => {
                 let v = value("--port")?;
-                out.port = v
+                o.port = v
                     .parse()
                     .map_err(|_| format!("--port: not a port number: {v}"))?;
             }
@@ -75,18 +85,75 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 if v.is_empty() {
                     return Err("--served-model-name: empty name".to_owned());
                 }
-                out.model = v;
+                o.served_model_name = vec![v];
             }
-            "--zero-latency" if inline.is_none() => out.zero_latency = true,
+            "--max-num-batched-tokens" => {
+                o.max_num_batched_tokens = num(&flag, &value(&flag)?)?;
+            }
+            "--max-num-seqs" => o.max_num_seqs = num(&flag, &value(&flag)?)?,
+            "--block-size" => o.block_size = num(&flag, &value(&flag)?)?,
+            "--num-gpu-blocks-override" => {
+                o.num_gpu_blocks_override = Some(num(&flag, &value(&flag)?)?);
+            }
+            "--max-model-len" => o.max_model_len = num(&flag, &value(&flag)?)?,
+            "--long-prefill-token-threshold" => {
+                o.long_prefill_token_threshold = num(&flag, &value(&flag)?)?;
+            }
+            "--seed" => o.seed = num(&flag, &value(&flag)?)?,
+            "--enable-prefix-caching" if switch => o.enable_prefix_caching = true,
+            "--no-enable-prefix-caching" if switch => o.enable_prefix_caching = false,
+            "--enable-prompt-tokens-details" if switch => o.enable_prompt_tokens_details = true,
+            "--enable-request-id-headers" if switch => o.enable_request_id_headers = true,
+            "--zero-latency" if switch => o.zero_latency = true,
+            "--scripted" if switch => scripted = true,
             _ => return Err(format!("unknown argument: {arg}")),
         }
     }
-    Ok(Command::Run(out))
+    Ok(if scripted {
+        Command::Scripted(o)
+    } else {
+        Command::Run(o)
+    })
+}
+
+fn run_scripted(o: &SimOptions) -> ExitCode {
+    let behavior = if o.zero_latency {
+        Behavior::Instant
+    } else {
+        Behavior::Stream {
+            chunks: 16,
+            interval: Duration::from_millis(20),
+        }
+    };
+    let opts = EngineOptions {
+        port: o.port,
+        model: o.served_model_name[0].clone(),
+        behavior,
+        record: false,
+    };
+    match ScriptedEngine::start_on(o.host, opts) {
+        Ok(engine) => {
+            println!(
+                "inferrail-sim (scripted) listening on {} (model {})",
+                engine.url(),
+                o.served_model_name[0]
+            );
+            let _keep = engine;
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("inferrail-sim: cannot listen on {}:{}: {e}", o.host, o.port);
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(Command::Run(a)) => a,
+    let opts = match parse(std::env::args().skip(1)) {
+        Ok(Command::Run(o)) => o,
+        Ok(Command::Scripted(o)) => return run_scripted(&o),
         Ok(Command::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -96,42 +163,34 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let behavior = if args.zero_latency {
-        Behavior::Instant
-    } else {
-        // A stand-in until the latency model lands.
-        Behavior::Stream {
-            chunks: 16,
-            interval: Duration::from_millis(20),
+    let server = match SimServer::try_start(opts.clone()) {
+        Ok(s) => s,
+        Err(StartError::Config(e)) => {
+            eprintln!("inferrail-sim: refusing to start: {e}");
+            return ExitCode::from(2);
         }
-    };
-    let opts = EngineOptions {
-        port: args.port,
-        model: args.model.clone(),
-        behavior,
-        record: false,
-    };
-    let engine = match ScriptedEngine::start_on(args.host, opts) {
-        Ok(e) => e,
-        Err(e) => {
+        Err(StartError::Io(e)) => {
             eprintln!(
                 "inferrail-sim: cannot listen on {}:{}: {e}",
-                args.host, args.port
+                opts.host, opts.port
             );
             return ExitCode::FAILURE;
         }
     };
     println!(
-        "inferrail-sim listening on {} (model {}, {})",
-        engine.url(),
-        args.model,
-        if args.zero_latency {
+        "inferrail-sim listening on {} (model {}, {} blocks of {}, {})",
+        server.url(),
+        opts.served_model_name[0],
+        opts.scheduler_config().num_gpu_blocks,
+        opts.block_size,
+        if opts.zero_latency {
             "zero latency"
         } else {
-            "16 tokens 20 ms apart"
+            "latency model"
         }
     );
     // The engine runs on its own thread; SIGINT/SIGTERM end the process.
+    let _keep = server;
     loop {
         std::thread::park();
     }
@@ -151,10 +210,11 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (a.port, a.model.as_str(), a.zero_latency),
+            (a.port, a.served_model_name[0].as_str(), a.zero_latency),
             (8000, "sim-llama", false)
         );
         assert_eq!(a.host.to_string(), "127.0.0.1");
+        assert!(a.enable_prefix_caching);
         let Ok(Command::Run(a)) = run(&[
             "--host",
             "0.0.0.0",
@@ -162,17 +222,56 @@ mod tests {
             "--served-model-name",
             "tiny",
             "--zero-latency",
+            "--max-num-batched-tokens",
+            "512",
+            "--max-num-seqs=8",
+            "--block-size",
+            "32",
+            "--num-gpu-blocks-override",
+            "128",
+            "--no-enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--max-model-len",
+            "2048",
+            "--seed",
+            "7",
         ]) else {
             panic!()
         };
         assert_eq!(
-            (a.port, a.model.as_str(), a.zero_latency),
+            (a.port, a.served_model_name[0].as_str(), a.zero_latency),
             (9001, "tiny", true)
         );
         assert_eq!(a.host.to_string(), "0.0.0.0");
+        assert_eq!(
+            (a.max_num_batched_tokens, a.max_num_seqs, a.block_size),
+            (512, 8, 32)
+        );
+        assert_eq!(a.num_gpu_blocks_override, Some(128));
+        assert!(!a.enable_prefix_caching && a.enable_prompt_tokens_details);
+        assert_eq!((a.max_model_len, a.seed), (2048, 7));
+        assert!(matches!(run(&["--scripted"]), Ok(Command::Scripted(_))));
         assert_eq!(run(&["--help"]), Ok(Command::Help));
         assert!(run(&["--port"]).is_err());
         assert!(run(&["--port", "x"]).is_err());
+        assert!(run(&["--max-num-seqs", "x"]).is_err());
         assert!(run(&["--nope"]).is_err());
+    }
+
+    #[test]
+    fn refusals_are_config_errors() {
+        let Ok(Command::Run(mut a)) = run(&["--max-num-batched-tokens", "4", "--port", "0"]) else {
+            panic!()
+        };
+        assert!(matches!(
+            SimServer::try_start(a.clone()),
+            Err(StartError::Config(_))
+        ));
+        a.max_num_batched_tokens = 2048;
+        a.num_gpu_blocks_override = Some(4);
+        assert!(matches!(
+            SimServer::try_start(a),
+            Err(StartError::Config(_))
+        ));
     }
 }

@@ -1,0 +1,584 @@
+//! A ZMQ PUB socket for KV events, speaking ZMTP 3.0 over TCP with the NULL mechanism, written
+//! by hand on blocking `std::net`, publishing like vLLM's `ZmqEventPublisher`.
+//!
+//! - **Endpoint.** As vLLM does, the socket *binds* when the endpoint contains `*` or `::`
+//!   (`tcp://*:5557` binds every IPv4 interface) and *connects* otherwise (reconnecting every
+//!   100 ms, like libzmq, when the peer goes away). Only `tcp://` is supported.
+//! - **Messages.** Each batch is one three-frame message `[topic, seq, payload]`: the topic's
+//!   bytes, the batch's sequence number (from 0, as an 8-byte big-endian integer) and the
+//!   msgpack payload ([`KvEventBatch::encode`]).
+//! - **Subscriptions.** A subscriber only gets messages whose topic frame starts with one of
+//!   its subscriptions, accepted both as ZMTP 3.0 messages (`\x01topic` / `\x00topic`) and as
+//!   ZMTP 3.1 `SUBSCRIBE` / `CANCEL` commands. As with libzmq, messages published before a
+//!   subscription arrives are not delivered to it.
+//! - **Never blocking the engine.** [`KvEventPublisher::publish`] only puts the batch on a
+//!   bounded queue; a dedicated thread encodes and writes it. A full queue drops the batch (and
+//!   counts it) instead of waiting. A subscriber that cannot take a message within
+//!   [`PublisherConfig::send_timeout`] is disconnected (libzmq would drop its messages at the
+//!   high-water mark instead; a half-written frame leaves no other choice).
+//!
+//! The replay ROUTER socket of vLLM is not implemented yet.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use super::encode::KvEventBatch;
+
+/// How the publisher is set up (vLLM's `KVEventsConfig` names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherConfig {
+    /// `tcp://host:port`; bound when it contains `*` or `::`, connected to otherwise.
+    pub endpoint: String,
+    /// The topic frame of every message (vLLM's default is empty).
+    pub topic: String,
+    /// Batches waiting for the publisher thread before new ones are dropped.
+    pub max_queue_size: usize,
+    /// How long one subscriber may take to accept a message before it is disconnected.
+    pub send_timeout: Duration,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        PublisherConfig {
+            endpoint: "tcp://*:5557".into(),
+            topic: String::new(),
+            max_queue_size: 100_000,
+            send_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a publisher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PublisherError {
+    /// The endpoint is not a `tcp://host:port` address.
+    #[error("unsupported KV events endpoint {0:?} (expected tcp://host:port)")]
+    Endpoint(String),
+    /// Binding the endpoint failed.
+    #[error("cannot bind KV events endpoint {endpoint}: {source}")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A thread could not be spawned.
+    #[error("cannot start the KV events publisher thread: {0}")]
+    Thread(io::Error),
+}
+
+/// Where the socket goes: bind or connect, and to what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Bind(String),
+    Connect(String),
+}
+
+fn parse_endpoint(endpoint: &str) -> Result<Target, PublisherError> {
+    let bad = || PublisherError::Endpoint(endpoint.to_string());
+    let rest = endpoint.strip_prefix("tcp://").ok_or_else(bad)?;
+    let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+    port.parse::<u16>().map_err(|_| bad())?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    if endpoint.contains('*') || endpoint.contains("::") {
+        let host = match host {
+            "*" => "0.0.0.0",
+            "[*]" | "[::]" | "::" => "[::]",
+            h => h,
+        };
+        Ok(Target::Bind(format!("{host}:{port}")))
+    } else {
+        Ok(Target::Connect(rest.to_string()))
+    }
+}
+
+/// One connected subscriber, as the publisher thread sees it.
+struct Peer {
+    stream: TcpStream,
+    subs: Arc<Mutex<Vec<Vec<u8>>>>,
+    alive: Arc<AtomicBool>,
+}
+
+struct Shared {
+    shutdown: AtomicBool,
+    peers: Mutex<Vec<Peer>>,
+    dropped: AtomicU64,
+    published: AtomicU64,
+    send_timeout: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running KV event publisher; dropping it sends what is queued, then closes its sockets.
+pub struct KvEventPublisher {
+    tx: Option<SyncSender<KvEventBatch>>,
+    shared: Arc<Shared>,
+    publisher: Option<JoinHandle<()>>,
+    acceptor: Option<JoinHandle<()>>,
+    local_addr: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for KvEventPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvEventPublisher")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KvEventPublisher {
+    /// Binds (or starts connecting to) `config.endpoint` and starts the publisher thread.
+    pub fn start(config: PublisherConfig) -> Result<Self, PublisherError> {
+        let target = parse_endpoint(&config.endpoint)?;
+        let shared = Arc::new(Shared {
+            shutdown: AtomicBool::new(false),
+            peers: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            send_timeout: config.send_timeout,
+        });
+        let (tx, rx) = mpsc::sync_channel(config.max_queue_size.max(1));
+        let mut local_addr = None;
+        let acceptor = match target {
+            Target::Bind(addr) => {
+                let listener = TcpListener::bind(&addr).map_err(|source| PublisherError::Bind {
+                    endpoint: config.endpoint.clone(),
+                    source,
+                })?;
+                local_addr = listener.local_addr().ok();
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|source| PublisherError::Bind {
+                        endpoint: config.endpoint.clone(),
+                        source,
+                    })?;
+                let sh = shared.clone();
+                Some(
+                    thread::Builder::new()
+                        .name("kv-events-accept".into())
+                        .spawn(move || accept_loop(listener, sh))
+                        .map_err(PublisherError::Thread)?,
+                )
+            }
+            Target::Connect(addr) => {
+                let sh = shared.clone();
+                thread::Builder::new()
+                    .name("kv-events-connect".into())
+                    .spawn(move || connect_loop(addr, sh))
+                    .map_err(PublisherError::Thread)?;
+                None
+            }
+        };
+        let sh = shared.clone();
+        let topic = config.topic.into_bytes();
+        let publisher = thread::Builder::new()
+            .name("kv-events-pub".into())
+            .spawn(move || publish_loop(rx, topic, sh))
+            .map_err(PublisherError::Thread);
+        let publisher = match publisher {
+            Ok(p) => p,
+            Err(e) => {
+                shared.shutdown.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        Ok(KvEventPublisher {
+            tx: Some(tx),
+            shared,
+            publisher: Some(publisher),
+            acceptor,
+            local_addr,
+        })
+    }
+
+    /// Queues a batch for publishing; never blocks. Returns `false` (and counts the batch as
+    /// dropped) when the queue is full.
+    pub fn publish(&self, batch: KvEventBatch) -> bool {
+        let Some(tx) = &self.tx else { return false };
+        match tx.try_send(batch) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// The bound address, when the endpoint binds (useful with port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Connected subscribers that completed the handshake.
+    pub fn num_peers(&self) -> usize {
+        let peers = lock(&self.shared.peers);
+        peers
+            .iter()
+            .filter(|p| p.alive.load(Ordering::SeqCst))
+            .count()
+    }
+
+    /// Active subscriptions over all connected subscribers.
+    pub fn num_subscriptions(&self) -> usize {
+        let peers = lock(&self.shared.peers);
+        peers
+            .iter()
+            .filter(|p| p.alive.load(Ordering::SeqCst))
+            .map(|p| lock(&p.subs).len())
+            .sum()
+    }
+
+    /// Batches dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Batches sent so far (the next sequence number).
+    pub fn published(&self) -> u64 {
+        self.shared.published.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for KvEventPublisher {
+    fn drop(&mut self) {
+        // Closing the queue lets the publisher thread send what is left, then exit.
+        drop(self.tx.take());
+        if let Some(p) = self.publisher.take() {
+            let _ = p.join();
+        }
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        let peers = std::mem::take(&mut *lock(&self.shared.peers));
+        for p in peers {
+            p.alive.store(false, Ordering::SeqCst);
+            let _ = p.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn publish_loop(rx: Receiver<KvEventBatch>, topic: Vec<u8>, shared: Arc<Shared>) {
+    let mut seq: u64 = 0;
+    let mut msg = Vec::new();
+    while let Ok(batch) = rx.recv() {
+        let payload = batch.encode();
+        msg.clear();
+        write_frame(&mut msg, &topic, true, false);
+        write_frame(&mut msg, &seq.to_be_bytes(), true, false);
+        write_frame(&mut msg, &payload, false, false);
+        seq += 1;
+        {
+            let mut peers = lock(&shared.peers);
+            peers.retain(|p| p.alive.load(Ordering::SeqCst));
+            for p in peers.iter_mut() {
+                let wanted = lock(&p.subs).iter().any(|s| topic.starts_with(s));
+                if wanted && (&p.stream).write_all(&msg).is_err() {
+                    p.alive.store(false, Ordering::SeqCst);
+                    let _ = p.stream.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        shared.published.store(seq, Ordering::SeqCst);
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let sh = shared.clone();
+                let _ = thread::Builder::new()
+                    .name("kv-events-peer".into())
+                    .spawn(move || {
+                        let _ = serve_peer(stream, &sh);
+                    });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(10))
+            }
+            Err(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+fn connect_loop(addr: String, shared: Arc<Shared>) {
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        let addrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map(|a| a.collect())
+            .unwrap_or_default();
+        for a in addrs {
+            if let Ok(stream) = TcpStream::connect_timeout(&a, Duration::from_millis(500)) {
+                let _ = serve_peer(stream, &shared);
+                break;
+            }
+        }
+        // libzmq's default reconnect interval.
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Handshakes with one subscriber, registers it, then reads its subscriptions until it leaves.
+fn serve_peer(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    handshake(&mut stream)?;
+    stream.set_read_timeout(None)?;
+    stream.set_write_timeout(Some(shared.send_timeout))?;
+    let subs = Arc::new(Mutex::new(Vec::new()));
+    let alive = Arc::new(AtomicBool::new(true));
+    {
+        let mut peers = lock(&shared.peers);
+        if shared.shutdown.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        peers.push(Peer {
+            stream: stream.try_clone()?,
+            subs: subs.clone(),
+            alive: alive.clone(),
+        });
+    }
+    let result = read_subscriptions(&mut stream, &subs, &alive);
+    alive.store(false, Ordering::SeqCst);
+    let _ = stream.shutdown(Shutdown::Both);
+    result
+}
+
+fn read_subscriptions(
+    stream: &mut TcpStream,
+    subs: &Mutex<Vec<Vec<u8>>>,
+    alive: &AtomicBool,
+) -> io::Result<()> {
+    // Whether the next frame starts a message (subscriptions are single-frame messages).
+    let mut at_message_start = true;
+    while alive.load(Ordering::SeqCst) {
+        let frame = read_frame(stream)?;
+        if frame.command {
+            let (name, data) = split_command(&frame.body)?;
+            match name {
+                b"SUBSCRIBE" => lock(subs).push(data.to_vec()),
+                b"CANCEL" => cancel(&mut lock(subs), data),
+                _ => {}
+            }
+            continue;
+        }
+        if at_message_start && !frame.more {
+            match frame.body.split_first() {
+                Some((1, topic)) => lock(subs).push(topic.to_vec()),
+                Some((0, topic)) => cancel(&mut lock(subs), topic),
+                _ => {}
+            }
+        }
+        at_message_start = !frame.more;
+    }
+    Ok(())
+}
+
+fn cancel(subs: &mut Vec<Vec<u8>>, topic: &[u8]) {
+    if let Some(i) = subs.iter().position(|s| s == topic) {
+        subs.swap_remove(i);
+    }
+}
+
+/// The 64-byte ZMTP 3.0 greeting for the NULL mechanism.
+pub(crate) fn greeting() -> [u8; 64] {
+    let mut g = [0u8; 64];
+    g[0] = 0xff;
+    g[9] = 0x7f;
+    g[10] = 3;
+    g[11] = 0;
+    g[12..16].copy_from_slice(b"NULL");
+    g
+}
+
+fn invalid(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
+}
+
+fn handshake(stream: &mut TcpStream) -> io::Result<()> {
+    stream.write_all(&greeting())?;
+    let mut peer = [0u8; 64];
+    stream.read_exact(&mut peer)?;
+    if peer[0] != 0xff || peer[9] & 1 != 1 {
+        return Err(invalid("not a ZMTP peer"));
+    }
+    if peer[10] < 3 {
+        return Err(invalid("ZMTP version below 3.0"));
+    }
+    if &peer[12..16] != b"NULL" || peer[16..32].iter().any(|&b| b != 0) {
+        return Err(invalid("only the NULL mechanism is supported"));
+    }
+    let mut ready = Vec::new();
+    write_frame(&mut ready, &ready_body(b"PUB"), false, true);
+    stream.write_all(&ready)?;
+    let frame = read_frame(stream)?;
+    if !frame.command {
+        return Err(invalid("expected READY"));
+    }
+    let (name, props) = split_command(&frame.body)?;
+    if name != b"READY" {
+        return Err(invalid("expected READY"));
+    }
+    match property(props, b"Socket-Type") {
+        Some(b"SUB") | Some(b"XSUB") => Ok(()),
+        _ => Err(invalid("peer is not a SUB socket")),
+    }
+}
+
+/// A READY command's body announcing `socket_type`.
+pub(crate) fn ready_body(socket_type: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.push(5);
+    b.extend_from_slice(b"READY");
+    b.push(11);
+    b.extend_from_slice(b"Socket-Type");
+    b.extend_from_slice(&(socket_type.len() as u32).to_be_bytes());
+    b.extend_from_slice(socket_type);
+    b
+}
+
+/// The value of a property in a READY command's metadata.
+fn property<'a>(mut props: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    while let Some((&n, rest)) = props.split_first() {
+        let n = usize::from(n);
+        if rest.len() < n + 4 {
+            return None;
+        }
+        let (key, rest) = rest.split_at(n);
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let rest = &rest[4..];
+        if rest.len() < len {
+            return None;
+        }
+        let (value, rest) = rest.split_at(len);
+        if key.eq_ignore_ascii_case(name) {
+            return Some(value);
+        }
+        props = rest;
+    }
+    None
+}
+
+fn split_command(body: &[u8]) -> io::Result<(&[u8], &[u8])> {
+    let (&n, rest) = body.split_first().ok_or_else(|| invalid("empty command"))?;
+    let n = usize::from(n);
+    if rest.len() < n {
+        return Err(invalid("truncated command"));
+    }
+    Ok(rest.split_at(n))
+}
+
+/// Appends one ZMTP frame (flags, size, body) to `out`.
+pub(crate) fn write_frame(out: &mut Vec<u8>, body: &[u8], more: bool, command: bool) {
+    let mut flags = 0u8;
+    if more {
+        flags |= 0x01;
+    }
+    if command {
+        flags |= 0x04;
+    }
+    if body.len() > 255 {
+        out.push(flags | 0x02);
+        out.extend_from_slice(&(body.len() as u64).to_be_bytes());
+    } else {
+        out.push(flags);
+        out.push(body.len() as u8);
+    }
+    out.extend_from_slice(body);
+}
+
+struct Frame {
+    more: bool,
+    command: bool,
+    body: Vec<u8>,
+}
+
+/// The largest frame a subscriber may send (subscriptions are tiny).
+const MAX_INBOUND_FRAME: u64 = 1 << 20;
+
+fn read_frame(r: &mut impl Read) -> io::Result<Frame> {
+    let mut flags = [0u8; 1];
+    r.read_exact(&mut flags)?;
+    let flags = flags[0];
+    let len = if flags & 0x02 != 0 {
+        let mut b = [0u8; 8];
+        r.read_exact(&mut b)?;
+        u64::from_be_bytes(b)
+    } else {
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b)?;
+        u64::from(b[0])
+    };
+    if len > MAX_INBOUND_FRAME {
+        return Err(invalid("frame too large"));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    Ok(Frame {
+        more: flags & 0x01 != 0,
+        command: flags & 0x04 != 0,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_bind_or_connect_like_vllm() {
+        assert_eq!(
+            parse_endpoint("tcp://*:5557").unwrap(),
+            Target::Bind("0.0.0.0:5557".into())
+        );
+        assert_eq!(
+            parse_endpoint("tcp://[::]:5557").unwrap(),
+            Target::Bind("[::]:5557".into())
+        );
+        assert_eq!(
+            parse_endpoint("tcp://127.0.0.1:18957").unwrap(),
+            Target::Connect("127.0.0.1:18957".into())
+        );
+        assert_eq!(
+            parse_endpoint("tcp://localhost:1").unwrap(),
+            Target::Connect("localhost:1".into())
+        );
+        assert!(parse_endpoint("ipc:///tmp/x").is_err());
+        assert!(parse_endpoint("tcp://*:x").is_err());
+        assert!(parse_endpoint("tcp://:1").is_err());
+    }
+
+    #[test]
+    fn frames_short_and_long() {
+        let mut out = Vec::new();
+        write_frame(&mut out, b"kv", true, false);
+        assert_eq!(out, [0x01, 2, b'k', b'v']);
+        out.clear();
+        write_frame(&mut out, &[7u8; 300], false, false);
+        assert_eq!(out[..9], [0x02, 0, 0, 0, 0, 0, 0, 1, 44]);
+        let f = read_frame(&mut &out[..]).unwrap();
+        assert_eq!(f.body.len(), 300);
+        assert!(!f.more && !f.command);
+    }
+
+    #[test]
+    fn ready_properties_parse() {
+        let body = ready_body(b"SUB");
+        let (name, props) = split_command(&body).unwrap();
+        assert_eq!(name, b"READY");
+        assert_eq!(property(props, b"socket-type"), Some(&b"SUB"[..]));
+        assert_eq!(property(props, b"Identity"), None);
+    }
+}

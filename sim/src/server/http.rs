@@ -1,0 +1,630 @@
+//! The HTTP side: one handler task per connection (HTTP/1.1 keep-alive, requests in order),
+//! routing through [`crate::openai::route`], completions through the engine core, and headers in
+//! uvicorn's order (`date`, `server`, [`allow`], `content-length`, [`content-type`], `vary`,
+//! [`x-request-id`], [`connection`]; streams: `content-type`, `vary`, [`x-request-id`],
+//! `transfer-encoding: chunked`). SSE events go out one write (one HTTP chunk) each.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::Poll;
+
+use inferrail_shards::builtin::BuiltinTokenizer;
+use inferrail_wire::headers::is_valid_request_id;
+use inferrail_wire::{encode_chunk, push_header, Method, RequestHead, LAST_CHUNK};
+use monoio::io::OwnedWriteHalf;
+use monoio::net::TcpStream;
+use serde_json::Value;
+
+use super::conn::{next_head, read_body, BodyError, Clock, Conn, NextHead, Writer};
+use super::core::{Core, Done, Ev, Slot, Submit};
+use crate::openai::{
+    self, check_prompt_len, completion_body, models_body, parse_request, response_id, Api,
+    ApiError, ChatMessage, CompletionRequest, Generated, ModelCard, PromptInput, ResponseMeta,
+    Route, StreamWriter, Usage, CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY,
+    VERSION_BODY,
+};
+
+/// What every handler on the server thread shares.
+pub(crate) struct Ctx {
+    pub(crate) core: Rc<RefCell<Core>>,
+    pub(crate) clock: RefCell<Clock>,
+    pub(crate) server: openai::ServerInfo,
+    pub(crate) fingerprint: String,
+    pub(crate) prompt_tokens_details: bool,
+    pub(crate) request_id_headers: bool,
+    pub(crate) seed: u64,
+}
+
+/// The deterministic chat template (documented on [`super`]).
+pub fn apply_chat_template(
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    continue_final_message: bool,
+) -> String {
+    let mut text = String::new();
+    for (i, m) in messages.iter().enumerate() {
+        let _ = write!(text, "{}: {}", m.role, m.content.as_deref().unwrap_or(""));
+        let last = i + 1 == messages.len();
+        if !(last && continue_final_message) {
+            text.push('\n');
+        }
+    }
+    if add_generation_prompt && !continue_final_message {
+        text.push_str("assistant: ");
+    }
+    text
+}
+
+/// The prompt token ids of a request: chat through the template with BOS; a completion
+/// string with BOS unless `add_special_tokens` is false; token ids as given.
+pub fn prompt_ids(req: &CompletionRequest) -> Vec<u32> {
+    let tok = BuiltinTokenizer::new();
+    match &req.input {
+        PromptInput::Messages(m) => tok.encode_with_special(
+            &apply_chat_template(m, req.add_generation_prompt, req.continue_final_message),
+            true,
+        ),
+        PromptInput::Text(t) => tok.encode_with_special(t, req.add_special_tokens),
+        PromptInput::TokenIds(ids) => ids.clone(),
+    }
+}
+
+struct Resp<'a> {
+    status: u16,
+    allow: Option<&'a str>,
+    content_type: Option<&'a str>,
+    body: &'a [u8],
+    rid: Option<&'a str>,
+    close: bool,
+}
+
+fn reason(status: u16) -> &'static str {
+    match inferrail_wire::headers::reason_phrase(status) {
+        "" => match status {
+            422 => "Unprocessable Entity",
+            429 => "Too Many Requests",
+            501 => "Not Implemented",
+            _ => "",
+        },
+        r => r,
+    }
+}
+
+fn push_status_date(out: &mut Vec<u8>, ctx: &Ctx, status: u16) {
+    let _ = std::io::Write::write_fmt(
+        out,
+        format_args!("HTTP/1.1 {} {}\r\n", status, reason(status)),
+    );
+    let (date, _) = ctx.clock.borrow_mut().now();
+    push_header(out, b"date", &date);
+    push_header(out, b"server", b"uvicorn");
+}
+
+fn push_full(out: &mut Vec<u8>, ctx: &Ctx, r: &Resp<'_>) {
+    push_status_date(out, ctx, r.status);
+    if let Some(a) = r.allow {
+        push_header(out, b"allow", a.as_bytes());
+    }
+    push_header(out, b"content-length", r.body.len().to_string().as_bytes());
+    if let Some(ct) = r.content_type {
+        push_header(out, b"content-type", ct.as_bytes());
+    }
+    push_header(out, b"vary", b"Origin");
+    if let Some(rid) = r.rid {
+        push_header(out, b"x-request-id", rid.as_bytes());
+    }
+    if r.close {
+        push_header(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(r.body);
+}
+
+fn push_stream_head(out: &mut Vec<u8>, ctx: &Ctx, rid: Option<&str>, close: bool) {
+    push_status_date(out, ctx, 200);
+    push_header(out, b"content-type", CONTENT_TYPE_SSE.as_bytes());
+    push_header(out, b"vary", b"Origin");
+    if let Some(rid) = rid {
+        push_header(out, b"x-request-id", rid.as_bytes());
+    }
+    if close {
+        push_header(out, b"connection", b"close");
+    }
+    push_header(out, b"transfer-encoding", b"chunked");
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The `x-request-id` response header (only with `--enable-request-id-headers`): the client's
+/// when valid, else 32 random hex digits.
+fn header_rid(ctx: &Ctx, head: &RequestHead) -> Option<String> {
+    if !ctx.request_id_headers {
+        return None;
+    }
+    Some(match head.header("x-request-id") {
+        Some(v) if is_valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
+        _ => ctx.clock.borrow_mut().hex(32),
+    })
+}
+
+/// Serves requests on one connection until it closes, idles out or must not be reused.
+pub(crate) async fn serve(ctx: &Ctx, conn: &Conn, wr: OwnedWriteHalf<TcpStream>) {
+    let mut io = Writer::new(wr);
+    loop {
+        let head = match next_head(conn).await {
+            NextHead::Head(h) => h,
+            NextHead::Done => return,
+            NextHead::Bad(status) => {
+                let body = format!("{{\"detail\":\"{}\"}}", reason(status));
+                push_full(
+                    &mut io.out,
+                    ctx,
+                    &Resp {
+                        status,
+                        allow: None,
+                        content_type: Some(CONTENT_TYPE_JSON),
+                        body: body.as_bytes(),
+                        rid: None,
+                        close: true,
+                    },
+                );
+                let _ = io.flush(conn).await;
+                return;
+            }
+        };
+        let keep = handle(ctx, conn, &mut io, &head).await;
+        if !keep || head.close {
+            return;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn simple(
+    ctx: &Ctx,
+    conn: &Conn,
+    io: &mut Writer,
+    head: &RequestHead,
+    status: u16,
+    allow: Option<&str>,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> bool {
+    let rid = header_rid(ctx, head);
+    push_full(
+        &mut io.out,
+        ctx,
+        &Resp {
+            status,
+            allow,
+            content_type,
+            body,
+            rid: rid.as_deref(),
+            close: head.close,
+        },
+    );
+    io.flush(conn).await.is_ok()
+}
+
+async fn error(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead, e: &ApiError) -> bool {
+    simple(
+        ctx,
+        conn,
+        io,
+        head,
+        e.status,
+        e.allow,
+        Some(CONTENT_TYPE_JSON),
+        e.body.as_bytes(),
+    )
+    .await
+}
+
+/// Answers one request; returns whether the connection may serve another.
+async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> bool {
+    if head.expect_continue
+        && !matches!(head.framing, inferrail_wire::BodyFraming::Length(0))
+        && conn.inbox.borrow().is_empty()
+    {
+        io.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        if io.flush(conn).await.is_err() {
+            return false;
+        }
+    }
+    let body = match read_body(conn, head.framing).await {
+        Ok(b) => b,
+        Err(BodyError::Gone) => return false,
+        Err(e) => {
+            let status = if matches!(e, BodyError::TooLarge) {
+                413
+            } else {
+                400
+            };
+            let body = format!("{{\"detail\":\"{}\"}}", reason(status));
+            push_full(
+                &mut io.out,
+                ctx,
+                &Resp {
+                    status,
+                    allow: None,
+                    content_type: Some(CONTENT_TYPE_JSON),
+                    body: body.as_bytes(),
+                    rid: None,
+                    close: true,
+                },
+            );
+            let _ = io.flush(conn).await;
+            return false;
+        }
+    };
+    let method = match head.method {
+        Method::Get => "GET",
+        Method::Post => "POST",
+        Method::Head => "HEAD",
+        _ => "OTHER",
+    };
+    let path = String::from_utf8_lossy(head.path()).into_owned();
+    let route = match openai::route(method, &path) {
+        Ok(r) => r,
+        Err(e) => return error(ctx, conn, io, head, &e).await,
+    };
+    match route {
+        Route::Health => simple(ctx, conn, io, head, 200, None, None, b"").await,
+        Route::Version => {
+            let b = VERSION_BODY.as_bytes();
+            simple(ctx, conn, io, head, 200, None, Some(CONTENT_TYPE_JSON), b).await
+        }
+        Route::Metrics => {
+            let text = ctx.core.borrow().metrics.render();
+            let ct = Some(crate::prom::CONTENT_TYPE);
+            simple(ctx, conn, io, head, 200, None, ct, text.as_bytes()).await
+        }
+        Route::Models => {
+            let (_, created) = ctx.clock.borrow_mut().now();
+            let perm = format!("modelperm-{}", ctx.clock.borrow_mut().hex(16));
+            let model = &ctx.server.served_model_names[0];
+            let body = models_body(&[ModelCard {
+                id: model,
+                created,
+                root: model,
+                max_model_len: ctx.server.max_model_len,
+                permission_id: &perm,
+            }]);
+            let ct = Some(CONTENT_TYPE_JSON);
+            simple(ctx, conn, io, head, 200, None, ct, body.as_bytes()).await
+        }
+        Route::ResetPrefixCache => {
+            if ctx.core.borrow_mut().reset_prefix_cache() {
+                let b = RESET_PREFIX_CACHE_BODY.as_bytes();
+                simple(ctx, conn, io, head, 200, None, Some(CONTENT_TYPE_JSON), b).await
+            } else {
+                // Unverified wording: vLLM fails the reset while blocks are in use.
+                let e = ApiError::vllm(
+                    500,
+                    "InternalServerError",
+                    "Failed to reset prefix cache: blocks are still in use.",
+                    None,
+                );
+                error(ctx, conn, io, head, &e).await
+            }
+        }
+        Route::Tokenize => match tokenize(ctx, &body) {
+            Ok(b) => {
+                let ct = Some(CONTENT_TYPE_JSON);
+                simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+            }
+            Err(e) => error(ctx, conn, io, head, &e).await,
+        },
+        Route::ChatCompletions => completion(ctx, conn, io, head, Api::Chat, &body).await,
+        Route::Completions => completion(ctx, conn, io, head, Api::Completions, &body).await,
+    }
+}
+
+/// `/tokenize`: `{"count","max_model_len","tokens","token_strs"}` for a `prompt` or `messages`.
+fn tokenize(ctx: &Ctx, body: &[u8]) -> Result<String, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
+    let tok = BuiltinTokenizer::new();
+    let flag = |k: &str, d: bool| v.get(k).and_then(Value::as_bool).unwrap_or(d);
+    let ids = if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+        let messages: Vec<ChatMessage> = msgs
+            .iter()
+            .map(|m| ChatMessage {
+                role: m
+                    .get("role")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                content: m.get("content").and_then(Value::as_str).map(str::to_owned),
+            })
+            .collect();
+        let text = apply_chat_template(
+            &messages,
+            flag("add_generation_prompt", true),
+            flag("continue_final_message", false),
+        );
+        tok.encode_with_special(&text, true)
+    } else if let Some(p) = v.get("prompt").and_then(Value::as_str) {
+        tok.encode_with_special(p, flag("add_special_tokens", true))
+    } else {
+        return Err(ApiError::bad_request(
+            "/tokenize needs a `prompt` string or `messages`.",
+        ));
+    };
+    let mut out = format!(
+        "{{\"count\":{},\"max_model_len\":{},\"tokens\":{:?},\"token_strs\":",
+        ids.len(),
+        ctx.server.max_model_len,
+        ids
+    )
+    .replace(", ", ",");
+    if flag("return_token_strs", false) {
+        let strs: Vec<String> = ids.iter().map(|&t| tok.decode_with_special(&[t])).collect();
+        out.push_str(&serde_json::to_string(&strs).unwrap_or_else(|_| "null".into()));
+    } else {
+        out.push_str("null");
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// What the response task waits for: engine events, or the client going away.
+enum Wait {
+    Events(Vec<Ev>),
+    Gone,
+}
+
+async fn wait(conn: &Conn, slot: &Slot) -> Wait {
+    poll_fn(|cx| {
+        if !slot.is_empty() {
+            return Poll::Ready(Wait::Events(slot.drain()));
+        }
+        if conn.gone() {
+            return Poll::Ready(Wait::Gone);
+        }
+        slot.register(cx.waker());
+        conn.register(cx.waker());
+        Poll::Pending
+    })
+    .await
+}
+
+/// Withdraws the request when dropped before it finished (client gone, write failed).
+struct AbortGuard<'a> {
+    core: &'a RefCell<Core>,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for AbortGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.core.borrow_mut().abort(self.id);
+        }
+    }
+}
+
+fn seed_of(ctx: &Ctx, req: &CompletionRequest, id_hint: u64) -> u64 {
+    let base = match req.seed {
+        Some(s) => s as u64,
+        None => id_hint,
+    };
+    base ^ ctx.seed.rotate_left(17) ^ 0x5157_u64
+}
+
+async fn completion(
+    ctx: &Ctx,
+    conn: &Conn,
+    io: &mut Writer,
+    head: &RequestHead,
+    api: Api,
+    body: &[u8],
+) -> bool {
+    let req = match parse_request(api, body, &ctx.server) {
+        Ok(r) => r,
+        Err(e) => return error(ctx, conn, io, head, &e).await,
+    };
+    let prompt = prompt_ids(&req);
+    let prompt_len = prompt.len();
+    let max_tokens = match check_prompt_len(&req, prompt_len as u32, ctx.server.max_model_len) {
+        Ok(m) => m,
+        Err(e) => return error(ctx, conn, io, head, &e).await,
+    };
+    let x_rid = head
+        .header("x-request-id")
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    let random = ctx.clock.borrow_mut().hex(16);
+    let id = response_id(api, x_rid.as_deref(), req.request_id.as_deref(), &random);
+    let rid = header_rid(ctx, head);
+    let (_, created) = ctx.clock.borrow_mut().now();
+
+    let mut stop_token_ids = req.stop_token_ids.clone();
+    if !req.ignore_eos {
+        stop_token_ids.push(BuiltinTokenizer::new().eos_id());
+    }
+    let seed_hint = u64::from_str_radix(&random, 16).unwrap_or(0);
+    let submit = Submit {
+        prompt: if req.return_token_ids {
+            prompt.clone()
+        } else {
+            prompt
+        },
+        max_tokens: max_tokens as usize,
+        min_tokens: req.min_tokens as usize,
+        stop_token_ids,
+        stop: req.stop.clone(),
+        seed: seed_of(ctx, &req, seed_hint),
+        max_tokens_param: req.max_tokens.map(u64::from),
+    };
+    let submitted = ctx.core.borrow_mut().submit(submit);
+    let (sid, slot) = match submitted {
+        Ok(s) => s,
+        Err(e) => {
+            let e = ApiError::bad_request(&e.to_string());
+            return error(ctx, conn, io, head, &e).await;
+        }
+    };
+    let mut guard = AbortGuard {
+        core: &ctx.core,
+        id: sid,
+        done: false,
+    };
+    let meta = ResponseMeta {
+        id: &id,
+        created,
+        model: &req.model,
+        system_fingerprint: &ctx.fingerprint,
+    };
+    let prompt_token_ids: Option<Vec<u32>> = if req.return_token_ids {
+        Some(prompt_ids(&req))
+    } else {
+        None
+    };
+    let usage_of = |d: &Done| Usage {
+        prompt_tokens: prompt_len as u32,
+        completion_tokens: d.completion_tokens,
+        cached_tokens: ctx.prompt_tokens_details.then_some(d.cached_tokens),
+        created_cache_tokens: ctx
+            .core
+            .borrow()
+            .created_cache_tokens(prompt_len, d.cached_tokens as usize),
+    };
+
+    if !req.stream {
+        let mut text = String::new();
+        let mut ids = Vec::new();
+        let done = loop {
+            match wait(conn, &slot).await {
+                Wait::Gone => return false,
+                Wait::Events(evs) => {
+                    let mut done = None;
+                    for ev in evs {
+                        match ev {
+                            Ev::Token { id, text: t } => {
+                                text.push_str(&t);
+                                ids.push(id);
+                            }
+                            Ev::Done(d) => done = Some(d),
+                        }
+                    }
+                    if let Some(d) = done {
+                        break d;
+                    }
+                }
+            }
+        };
+        guard.done = true;
+        let gen = Generated {
+            text: &text,
+            finish: done.finish.clone(),
+            token_ids: req.return_token_ids.then_some(&ids[..]),
+            prompt_token_ids: prompt_token_ids.as_deref(),
+        };
+        let body = completion_body(api, &meta, &gen, &usage_of(&done));
+        return simple(
+            ctx,
+            conn,
+            io,
+            head,
+            200,
+            None,
+            Some(CONTENT_TYPE_JSON),
+            body.as_bytes(),
+        )
+        .await;
+    }
+
+    // Streaming: the head at once, the first events with the first token, one write per event.
+    push_stream_head(&mut io.out, ctx, rid.as_deref(), head.close);
+    if io.flush(conn).await.is_err() {
+        return false;
+    }
+    let mut w = StreamWriter::new(
+        api,
+        meta,
+        req.include_usage,
+        req.continuous_usage_stats,
+        prompt_len as u32,
+        prompt_token_ids.as_deref(),
+    );
+    let mut started = false;
+    let mut generated = 0u32;
+    let mut event = String::new();
+    // Within one step's batch of events a token is held back until the next event shows whether
+    // it is the last (then it carries the finish reason, as vLLM's last content chunk does).
+    let mut held: Option<(String, u32)> = None;
+    loop {
+        let evs = match wait(conn, &slot).await {
+            Wait::Gone => return false,
+            Wait::Events(evs) => evs,
+        };
+        for ev in evs {
+            if !started {
+                started = true;
+                event.clear();
+                w.start(&mut event);
+                if !event.is_empty() && send_event(conn, io, &event).await.is_err() {
+                    return false;
+                }
+            }
+            match ev {
+                Ev::Token { id: tid, text } => {
+                    if let Some((t, i)) = held.take() {
+                        generated += 1;
+                        event.clear();
+                        let ids = [i];
+                        let tids = req.return_token_ids.then_some(&ids[..]);
+                        w.token(&mut event, &t, tids, generated, None);
+                        if send_event(conn, io, &event).await.is_err() {
+                            return false;
+                        }
+                    }
+                    held = Some((text, tid));
+                }
+                Ev::Done(d) => {
+                    guard.done = true;
+                    event.clear();
+                    let (t, ids) = match held.take() {
+                        Some((t, i)) => {
+                            generated += 1;
+                            (t, vec![i])
+                        }
+                        None => (String::new(), Vec::new()),
+                    };
+                    let tids = req.return_token_ids.then_some(&ids[..]);
+                    w.token(&mut event, &t, tids, generated, Some(&d.finish));
+                    if send_event(conn, io, &event).await.is_err() {
+                        return false;
+                    }
+                    event.clear();
+                    w.end(&mut event, &usage_of(&d));
+                    if send_event(conn, io, &event).await.is_err() {
+                        return false;
+                    }
+                    io.out.extend_from_slice(LAST_CHUNK);
+                    return io.flush(conn).await.is_ok();
+                }
+            }
+        }
+        // Events of one step arrive together: a token not followed by the end is not the last.
+        if let Some((t, i)) = held.take() {
+            generated += 1;
+            event.clear();
+            let ids = [i];
+            let tids = req.return_token_ids.then_some(&ids[..]);
+            w.token(&mut event, &t, tids, generated, None);
+            if send_event(conn, io, &event).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+/// Writes each SSE event of `events` as one HTTP chunk, one write per event.
+async fn send_event(conn: &Conn, io: &mut Writer, events: &str) -> Result<(), ()> {
+    for ev in events.split_inclusive("\n\n") {
+        encode_chunk(&mut io.out, ev.as_bytes());
+        io.flush(conn).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,441 @@
+//! The simulated vLLM engine served over HTTP: [`SimServer`] wires the [`Scheduler`], the
+//! latency model, the builtin tokenizer, the [`crate::openai`] formatting and the
+//! [`crate::prom`] metrics into one monoio runtime on its own thread.
+//!
+//! # Decisions
+//! - **One thread, one runtime.** An acceptor task, one reader and one handler task per
+//!   connection, and one engine task that runs the scheduler on a virtual timeline (see the
+//!   `core` module). Response tasks and the engine talk through `Rc<RefCell<_>>` mailboxes and
+//!   wakers; nothing crosses threads but the stop flag.
+//! - **Chat template** (deterministic, for the builtin tokenizer): BOS, then for each message
+//!   `"<role>: <content>\n"`, then `"assistant: "` when `add_generation_prompt` (default). With
+//!   `continue_final_message` the last message has no newline and no generation prompt follows.
+//!   Every turn ends at a tokenizer boundary (newline or space), so a conversation's next turn
+//!   starts with the previous prompt's ids. Completions: the prompt string with BOS (unless
+//!   `add_special_tokens: false`); token-id prompts are taken as they are.
+//! - **`x-request-id`.** As vLLM: the header (else the body's `request_id`, else 16 random hex
+//!   digits) becomes the response id; the response carries an `x-request-id` header only with
+//!   `enable_request_id_headers` (`--enable-request-id-headers`), echoing a valid client value or
+//!   32 random hex digits. Default off, as in the vLLM captures.
+//! - **Stop strings** end the text before the match (`finish_reason: stop`,
+//!   `stop_reason: "<string>"`); the request leaves the scheduler at that step's end and counts
+//!   as `stop`. Text is not held back while a stop string could still be forming (vLLM holds it).
+//! - **Cancellation.** A client gone while its request waits withdraws it at once; while the
+//!   step in flight computes it, at that step's end. It counts as `abort`.
+//! - **Streams.** Headers at once; the role chunk and the first token when the first token is
+//!   produced; one write and one HTTP chunk per SSE event; the last token carries the finish.
+
+mod conn;
+mod core;
+mod http;
+
+use std::cell::RefCell;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use monoio::io::{CancelHandle, Canceller, Splitable};
+use monoio::net::{ListenerOpts, TcpListener, TcpStream};
+
+use crate::engine::{LatencyModel, Scheduler, SchedulerConfig, SchedulerConfigError};
+use crate::openai::{ServerInfo, VLLM_VERSION};
+use crate::prom::{CacheConfigInfo, VllmMetrics};
+
+pub use http::{apply_chat_template, prompt_ids};
+
+/// ECANCELED: what a canceled monoio operation returns.
+const ECANCELED: i32 = 125;
+
+/// The simulator's settings, with `vllm serve`'s flag names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOptions {
+    /// `--host`.
+    pub host: IpAddr,
+    /// `--port` (0: an ephemeral port).
+    pub port: u16,
+    /// `--served-model-name` (the first is echoed in responses).
+    pub served_model_name: Vec<String>,
+    /// `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: usize,
+    /// `--max-num-seqs`.
+    pub max_num_seqs: usize,
+    /// `--block-size`.
+    pub block_size: usize,
+    /// `--num-gpu-blocks-override` (`None`: the default pool, 2,560 blocks).
+    pub num_gpu_blocks_override: Option<usize>,
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching`.
+    pub enable_prefix_caching: bool,
+    /// `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`.
+    pub enable_prompt_tokens_details: bool,
+    /// `--enable-request-id-headers`: an `x-request-id` header on every response.
+    pub enable_request_id_headers: bool,
+    /// `--max-model-len`.
+    pub max_model_len: usize,
+    /// `--long-prefill-token-threshold` (0: no cap but the budget).
+    pub long_prefill_token_threshold: usize,
+    /// `--zero-latency`: every step free, steps back to back.
+    pub zero_latency: bool,
+    /// The latency model (ignored with `zero_latency`).
+    pub latency: LatencyModel,
+    /// `--seed`: mixed into every request's sampler seed.
+    pub seed: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        let s = SchedulerConfig::default();
+        SimOptions {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8000,
+            served_model_name: vec!["sim-llama".to_owned()],
+            max_num_batched_tokens: s.max_num_batched_tokens,
+            max_num_seqs: s.max_num_seqs,
+            block_size: s.block_size,
+            num_gpu_blocks_override: None,
+            enable_prefix_caching: true,
+            enable_prompt_tokens_details: false,
+            enable_request_id_headers: false,
+            max_model_len: s.max_model_len.unwrap_or(32768),
+            long_prefill_token_threshold: 0,
+            zero_latency: false,
+            latency: LatencyModel::default(),
+            seed: 0,
+        }
+    }
+}
+
+impl SimOptions {
+    /// Defaults serving `model` on an ephemeral 127.0.0.1 port (for tests).
+    pub fn new(model: &str) -> Self {
+        SimOptions {
+            port: 0,
+            served_model_name: vec![model.to_owned()],
+            ..SimOptions::default()
+        }
+    }
+
+    /// The scheduler configuration these options describe.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            block_size: self.block_size,
+            num_gpu_blocks: self
+                .num_gpu_blocks_override
+                .unwrap_or(SchedulerConfig::default().num_gpu_blocks),
+            enable_prefix_caching: self.enable_prefix_caching,
+            enable_kv_events: false,
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+            max_model_len: Some(self.max_model_len),
+        }
+    }
+
+    /// Checks what vLLM checks at start (see [`Scheduler::new`]).
+    pub fn validate(&self) -> Result<(), SchedulerConfigError> {
+        Scheduler::new(self.scheduler_config(), LatencyModel::zero()).map(|_| ())
+    }
+}
+
+/// Why [`SimServer::start`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is one vLLM refuses at start.
+    #[error("invalid engine configuration: {0}")]
+    Config(#[from] SchedulerConfigError),
+    /// Listening failed.
+    #[error("cannot listen: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl From<StartError> for io::Error {
+    fn from(e: StartError) -> io::Error {
+        match e {
+            StartError::Io(e) => e,
+            StartError::Config(c) => io::Error::new(io::ErrorKind::InvalidInput, c.to_string()),
+        }
+    }
+}
+
+/// The simulated engine on its own thread. Dropping it stops it.
+///
+/// ```no_run
+/// use inferrail_sim::server::{SimOptions, SimServer};
+/// let mut opts = SimOptions::new("tiny");
+/// opts.zero_latency = true;
+/// let server = SimServer::start(opts).unwrap();
+/// println!("serving on {}", server.url());
+/// ```
+pub struct SimServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SimServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimServer")
+            .field("addr", &self.addr)
+            .field("running", &self.thread.is_some())
+            .finish()
+    }
+}
+
+type Ready = mpsc::SyncSender<Result<SocketAddr, StartError>>;
+
+impl SimServer {
+    /// Validates the options, then starts the engine thread; returns once it listens.
+    pub fn start(opts: SimOptions) -> io::Result<SimServer> {
+        Self::try_start(opts).map_err(io::Error::from)
+    }
+
+    /// As [`SimServer::start`], telling configuration refusals apart from I/O errors.
+    pub fn try_start(opts: SimOptions) -> Result<SimServer, StartError> {
+        if opts.served_model_name.is_empty() {
+            return Err(StartError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no served model name",
+            )));
+        }
+        let latency = if opts.zero_latency {
+            LatencyModel::zero()
+        } else {
+            opts.latency
+        };
+        // Validate on this thread so the caller gets the refusal.
+        Scheduler::new(opts.scheduler_config(), latency)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let thread_stop = stop.clone();
+        let thread = thread::Builder::new()
+            .name(format!("inferrail-sim:{}", opts.port))
+            .spawn(move || run_thread(opts, thread_stop, ready_tx))?;
+        match ready_rx.recv() {
+            Ok(Ok(addr)) => Ok(SimServer {
+                addr,
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(StartError::Io(io::Error::other(
+                    "the engine thread ended before it listened",
+                )))
+            }
+        }
+    }
+
+    /// The address the engine listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://HOST:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Closes the listener and every connection and joins the engine thread. Idempotent.
+    pub fn stop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.store(true, Ordering::Release);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_thread(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready) {
+    let runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .with_entries(1024)
+        .enable_timer()
+        .build();
+    match runtime {
+        Ok(mut rt) => rt.block_on(server_main(opts, stop, ready)),
+        Err(e) => {
+            let _ = ready.send(Err(StartError::Io(e)));
+        }
+    }
+}
+
+/// The server thread's connection registry.
+struct Local {
+    ctx: http::Ctx,
+    conns: RefCell<std::collections::HashMap<u64, Rc<conn::Conn>>>,
+    next_conn: std::cell::Cell<u64>,
+    tasks: std::cell::Cell<usize>,
+}
+
+struct TaskGuard(Rc<Local>);
+
+impl TaskGuard {
+    fn new(local: &Rc<Local>) -> TaskGuard {
+        local.tasks.set(local.tasks.get() + 1);
+        TaskGuard(local.clone())
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.0.tasks.set(self.0.tasks.get() - 1);
+    }
+}
+
+fn adopt(local: &Rc<Local>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let id = local.next_conn.get();
+    local.next_conn.set(id + 1);
+    let c = Rc::new(conn::Conn::new());
+    local.conns.borrow_mut().insert(id, c.clone());
+    let (rd, wr) = stream.into_split();
+    let guard = TaskGuard::new(local);
+    let reader = c.clone();
+    monoio::spawn(async move {
+        let _guard = guard;
+        conn::read_loop(&reader, rd).await;
+    });
+    let guard = TaskGuard::new(local);
+    let l = local.clone();
+    monoio::spawn(async move {
+        let _guard = guard;
+        http::serve(&l.ctx, &c, wr).await;
+        c.close();
+        l.conns.borrow_mut().remove(&id);
+    });
+}
+
+async fn accept_loop(local: Rc<Local>, listener: TcpListener, handle: CancelHandle) {
+    loop {
+        match listener.cancelable_accept(handle.clone()).await {
+            Ok((stream, _)) => adopt(&local, stream),
+            Err(e) if e.raw_os_error() == Some(ECANCELED) => return,
+            Err(_) => monoio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+fn fingerprint(model: &str) -> String {
+    // FNV-1a of the model name, 8 hex digits (vLLM hashes the model path).
+    let mut h: u32 = 0x811c_9dc5;
+    for b in model.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("vllm-{VLLM_VERSION}-{h:08x}")
+}
+
+async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready) {
+    let latency = if opts.zero_latency {
+        LatencyModel::zero()
+    } else {
+        opts.latency
+    };
+    let config = opts.scheduler_config();
+    let sched = match Scheduler::new(config.clone(), latency) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let model = opts.served_model_name[0].clone();
+    let cache = CacheConfigInfo::new(
+        config.block_size as u32,
+        config.num_gpu_blocks as u32,
+        opts.max_model_len as u32,
+    )
+    .set(
+        "enable_prefix_caching",
+        if opts.enable_prefix_caching {
+            "True"
+        } else {
+            "False"
+        },
+    );
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let metrics = VllmMetrics::new(model.clone(), 0, cache, created);
+    let core = Rc::new(RefCell::new(core::Core::new(
+        sched,
+        metrics,
+        opts.zero_latency,
+    )));
+    let bind_to = SocketAddr::new(opts.host, opts.port);
+    let listener = match TcpListener::bind_with_config(
+        bind_to,
+        &ListenerOpts::new()
+            .reuse_port(false)
+            .reuse_addr(true)
+            .backlog(4096),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let local = Rc::new(Local {
+        ctx: http::Ctx {
+            core: core.clone(),
+            clock: RefCell::new(conn::Clock::new()),
+            server: ServerInfo {
+                served_model_names: opts.served_model_name.clone(),
+                max_model_len: opts.max_model_len as u32,
+            },
+            fingerprint: fingerprint(&model),
+            prompt_tokens_details: opts.enable_prompt_tokens_details,
+            request_id_headers: opts.enable_request_id_headers,
+            seed: opts.seed,
+        },
+        conns: RefCell::new(std::collections::HashMap::new()),
+        next_conn: std::cell::Cell::new(0),
+        tasks: std::cell::Cell::new(0),
+    });
+    // Build the tokenizer's tables now rather than on the first request.
+    inferrail_shards::builtin::BuiltinTokenizer::new().warm_up();
+    let engine = monoio::spawn(core::run(core.clone()));
+    let canceller = Canceller::new();
+    let acceptor = monoio::spawn(accept_loop(local.clone(), listener, canceller.handle()));
+    let _ = ready.send(Ok(addr));
+
+    while !stop.load(Ordering::Acquire) {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(canceller.cancel());
+    acceptor.await;
+    let conns: Vec<Rc<conn::Conn>> = local.conns.borrow().values().cloned().collect();
+    for c in conns {
+        c.close();
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while local.tasks.get() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+    {
+        let mut c = core.borrow_mut();
+        c.stopping = true;
+        c.wake();
+    }
+    engine.await;
+}
