@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use inferrail_sim::kv_events::KvEventsConfig;
 use inferrail_sim::server::{SimOptions, SimServer, StartError};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
 
@@ -31,6 +32,9 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
   --zero-latency                    every step free (for gateway overhead benchmarks)
   --seed N                          mixed into every request's sampler seed (default 0)
+  --kv-events-config JSON           KV cache events as vLLM publishes them (ZMQ PUB, replay
+                                    ROUTER); keys: enable_kv_cache_events, publisher, endpoint,
+                                    replay_endpoint, buffer_steps, hwm, max_queue_size, topic
   --scripted                        run the scripted test engine instead (only --host, --port,
                                     --served-model-name and --zero-latency apply; without
                                     --zero-latency it streams 16 tokens 20 ms apart)
@@ -100,6 +104,9 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 o.long_prefill_token_threshold = num(&flag, &value(&flag)?)?;
             }
             "--seed" => o.seed = num(&flag, &value(&flag)?)?,
+            "--kv-events-config" => {
+                o.kv_events_config = Some(KvEventsConfig::parse(&value(&flag)?)?);
+            }
             "--enable-prefix-caching" if switch => o.enable_prefix_caching = true,
             "--no-enable-prefix-caching" if switch => o.enable_prefix_caching = false,
             "--enable-prompt-tokens-details" if switch => o.enable_prompt_tokens_details = true,
@@ -169,6 +176,10 @@ fn main() -> ExitCode {
             eprintln!("inferrail-sim: refusing to start: {e}");
             return ExitCode::from(2);
         }
+        Err(StartError::KvEvents(e)) => {
+            eprintln!("inferrail-sim: {e}");
+            return ExitCode::FAILURE;
+        }
         Err(StartError::Io(e)) => {
             eprintln!(
                 "inferrail-sim: cannot listen on {}:{}: {e}",
@@ -189,6 +200,20 @@ fn main() -> ExitCode {
             "latency model"
         }
     );
+    if let Some(kv) = server.kv_events() {
+        let endpoint = match (kv.local_addr(), opts.kv_events_config.as_ref()) {
+            (Some(a), _) => a.to_string(),
+            (None, Some(c)) => format!("{} (connecting)", c.endpoint),
+            (None, None) => String::new(),
+        };
+        println!(
+            "inferrail-sim: KV events on {endpoint}{}",
+            match kv.replay_addr() {
+                Some(a) => format!(", replay on {a}"),
+                None => String::new(),
+            }
+        );
+    }
     // The engine runs on its own thread; SIGINT/SIGTERM end the process.
     let _keep = server;
     loop {
@@ -256,6 +281,62 @@ mod tests {
         assert!(run(&["--port", "x"]).is_err());
         assert!(run(&["--max-num-seqs", "x"]).is_err());
         assert!(run(&["--nope"]).is_err());
+    }
+
+    #[test]
+    fn kv_events_config_flag() {
+        let Ok(Command::Run(a)) = run(&[
+            "--kv-events-config",
+            r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv"}"#,
+        ]) else {
+            panic!()
+        };
+        let c = a.kv_events_config.as_ref().unwrap();
+        assert!(c.publishes() && a.scheduler_config().enable_kv_events);
+        assert_eq!(c.replay_endpoint.as_deref(), Some("tcp://*:5558"));
+        let Ok(Command::Run(a)) = run(&[r#"--kv-events-config={"enable_kv_cache_events":false}"#])
+        else {
+            panic!()
+        };
+        assert!(!a.scheduler_config().enable_kv_events);
+        let Ok(Command::Run(a)) = run(&[]) else {
+            panic!()
+        };
+        assert_eq!(a.kv_events_config, None);
+        let e = run(&[
+            "--kv-events-config",
+            r#"{"enable_kv_cache_events":true,"bogus":1}"#,
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("--kv-events-config") && e.contains("bogus"),
+            "{e}"
+        );
+        assert!(run(&["--kv-events-config"]).is_err());
+        assert!(run(&["--kv-events-config", r#"{"publisher":"kafka"}"#]).is_err());
+    }
+
+    #[test]
+    fn kv_events_bind_failure_is_reported() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let Ok(Command::Run(a)) = run(&[
+            "--port",
+            "0",
+            "--kv-events-config",
+            &format!(
+                r#"{{"enable_kv_cache_events":true,"endpoint":"tcp://*:0","replay_endpoint":"tcp://127.0.0.1:{port}"}}"#
+            ),
+        ]) else {
+            panic!()
+        };
+        match SimServer::try_start(a) {
+            Err(StartError::KvEvents(e)) => assert!(
+                e.to_string().contains("replay") || e.to_string().contains(&port.to_string()),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -17,7 +17,9 @@
 //!   [`PublisherConfig::send_timeout`] is disconnected (libzmq would drop its messages at the
 //!   high-water mark instead; a half-written frame leaves no other choice).
 //!
-//! The replay ROUTER socket of vLLM is not implemented yet.
+//! - **Replay.** With [`PublisherConfig::replay_endpoint`], the last
+//!   [`PublisherConfig::buffer_steps`] batches are kept and served on a ROUTER socket (see
+//!   [`super::replay`]).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -28,6 +30,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::encode::KvEventBatch;
+use super::replay::{ReplayBuffer, ReplayServer};
 
 /// How the publisher is set up (vLLM's `KVEventsConfig` names).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,10 @@ pub struct PublisherConfig {
     pub max_queue_size: usize,
     /// How long one subscriber may take to accept a message before it is disconnected.
     pub send_timeout: Duration,
+    /// vLLM's `replay_endpoint`: a ROUTER socket (always bound) answering replay requests.
+    pub replay_endpoint: Option<String>,
+    /// vLLM's `buffer_steps`: how many of the latest batches the replay socket can serve.
+    pub buffer_steps: usize,
 }
 
 impl Default for PublisherConfig {
@@ -49,6 +56,8 @@ impl Default for PublisherConfig {
             topic: String::new(),
             max_queue_size: 100_000,
             send_timeout: Duration::from_secs(1),
+            replay_endpoint: None,
+            buffer_steps: 10_000,
         }
     }
 }
@@ -74,12 +83,12 @@ pub enum PublisherError {
 
 /// Where the socket goes: bind or connect, and to what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
     Bind(String),
     Connect(String),
 }
 
-fn parse_endpoint(endpoint: &str) -> Result<Target, PublisherError> {
+pub(crate) fn parse_endpoint(endpoint: &str) -> Result<Target, PublisherError> {
     let bad = || PublisherError::Endpoint(endpoint.to_string());
     let rest = endpoint.strip_prefix("tcp://").ok_or_else(bad)?;
     let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
@@ -114,13 +123,14 @@ struct Shared {
     send_timeout: Duration,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A running KV event publisher; dropping it sends what is queued, then closes its sockets.
 pub struct KvEventPublisher {
     tx: Option<SyncSender<KvEventBatch>>,
+    replay: Option<ReplayServer>,
     shared: Arc<Shared>,
     publisher: Option<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
@@ -139,6 +149,17 @@ impl KvEventPublisher {
     /// Binds (or starts connecting to) `config.endpoint` and starts the publisher thread.
     pub fn start(config: PublisherConfig) -> Result<Self, PublisherError> {
         let target = parse_endpoint(&config.endpoint)?;
+        // vLLM binds the replay socket before it starts publishing.
+        let replay = match &config.replay_endpoint {
+            Some(ep) => Some(ReplayServer::start(
+                ep,
+                config.topic.as_bytes().to_vec(),
+                config.buffer_steps,
+                config.send_timeout,
+            )?),
+            None => None,
+        };
+        let buffer = replay.as_ref().map(ReplayServer::buffer);
         let shared = Arc::new(Shared {
             shutdown: AtomicBool::new(false),
             peers: Mutex::new(Vec::new()),
@@ -182,7 +203,7 @@ impl KvEventPublisher {
         let topic = config.topic.into_bytes();
         let publisher = thread::Builder::new()
             .name("kv-events-pub".into())
-            .spawn(move || publish_loop(rx, topic, sh))
+            .spawn(move || publish_loop(rx, topic, sh, buffer))
             .map_err(PublisherError::Thread);
         let publisher = match publisher {
             Ok(p) => p,
@@ -197,6 +218,7 @@ impl KvEventPublisher {
             publisher: Some(publisher),
             acceptor,
             local_addr,
+            replay,
         })
     }
 
@@ -216,6 +238,11 @@ impl KvEventPublisher {
     /// The bound address, when the endpoint binds (useful with port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// The replay socket's bound address, when `replay_endpoint` is set.
+    pub fn replay_addr(&self) -> Option<SocketAddr> {
+        self.replay.as_ref().map(ReplayServer::local_addr)
     }
 
     /// Connected subscribers that completed the handshake.
@@ -264,10 +291,17 @@ impl Drop for KvEventPublisher {
             p.alive.store(false, Ordering::SeqCst);
             let _ = p.stream.shutdown(Shutdown::Both);
         }
+        // Closes the replay socket and its connections.
+        drop(self.replay.take());
     }
 }
 
-fn publish_loop(rx: Receiver<KvEventBatch>, topic: Vec<u8>, shared: Arc<Shared>) {
+fn publish_loop(
+    rx: Receiver<KvEventBatch>,
+    topic: Vec<u8>,
+    shared: Arc<Shared>,
+    buffer: Option<Arc<ReplayBuffer>>,
+) {
     let mut seq: u64 = 0;
     let mut msg = Vec::new();
     while let Ok(batch) = rx.recv() {
@@ -276,6 +310,9 @@ fn publish_loop(rx: Receiver<KvEventBatch>, topic: Vec<u8>, shared: Arc<Shared>)
         write_frame(&mut msg, &topic, true, false);
         write_frame(&mut msg, &seq.to_be_bytes(), true, false);
         write_frame(&mut msg, &payload, false, false);
+        if let Some(b) = &buffer {
+            b.push(seq, payload.into());
+        }
         seq += 1;
         {
             let mut peers = lock(&shared.peers);
@@ -408,6 +445,16 @@ fn invalid(msg: &str) -> io::Error {
 }
 
 fn handshake(stream: &mut TcpStream) -> io::Result<()> {
+    zmtp_handshake(stream, b"PUB", &[b"SUB", b"XSUB"])
+}
+
+/// The ZMTP 3.0 NULL handshake as `own_type`, refusing a peer whose socket type is not one
+/// of `peer_types`.
+pub(crate) fn zmtp_handshake(
+    stream: &mut TcpStream,
+    own_type: &[u8],
+    peer_types: &[&[u8]],
+) -> io::Result<()> {
     stream.write_all(&greeting())?;
     let mut peer = [0u8; 64];
     stream.read_exact(&mut peer)?;
@@ -421,7 +468,7 @@ fn handshake(stream: &mut TcpStream) -> io::Result<()> {
         return Err(invalid("only the NULL mechanism is supported"));
     }
     let mut ready = Vec::new();
-    write_frame(&mut ready, &ready_body(b"PUB"), false, true);
+    write_frame(&mut ready, &ready_body(own_type), false, true);
     stream.write_all(&ready)?;
     let frame = read_frame(stream)?;
     if !frame.command {
@@ -432,8 +479,8 @@ fn handshake(stream: &mut TcpStream) -> io::Result<()> {
         return Err(invalid("expected READY"));
     }
     match property(props, b"Socket-Type") {
-        Some(b"SUB") | Some(b"XSUB") => Ok(()),
-        _ => Err(invalid("peer is not a SUB socket")),
+        Some(t) if peer_types.contains(&t) => Ok(()),
+        _ => Err(invalid("unexpected peer socket type")),
     }
 }
 
@@ -471,7 +518,7 @@ fn property<'a>(mut props: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     None
 }
 
-fn split_command(body: &[u8]) -> io::Result<(&[u8], &[u8])> {
+pub(crate) fn split_command(body: &[u8]) -> io::Result<(&[u8], &[u8])> {
     let (&n, rest) = body.split_first().ok_or_else(|| invalid("empty command"))?;
     let n = usize::from(n);
     if rest.len() < n {
@@ -499,16 +546,16 @@ pub(crate) fn write_frame(out: &mut Vec<u8>, body: &[u8], more: bool, command: b
     out.extend_from_slice(body);
 }
 
-struct Frame {
-    more: bool,
-    command: bool,
-    body: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) more: bool,
+    pub(crate) command: bool,
+    pub(crate) body: Vec<u8>,
 }
 
 /// The largest frame a subscriber may send (subscriptions are tiny).
 const MAX_INBOUND_FRAME: u64 = 1 << 20;
 
-fn read_frame(r: &mut impl Read) -> io::Result<Frame> {
+pub(crate) fn read_frame(r: &mut impl Read) -> io::Result<Frame> {
     let mut flags = [0u8; 1];
     r.read_exact(&mut flags)?;
     let flags = flags[0];

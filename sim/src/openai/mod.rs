@@ -13,6 +13,7 @@
 mod error;
 mod request;
 mod response;
+mod tokenization;
 
 pub use error::{python_json_error, ApiError};
 pub use request::{
@@ -23,6 +24,9 @@ pub use response::{
     chat_completion_body, completion_body, models_body, text_completion_body, Finish, Generated,
     ModelCard, ResponseMeta, StreamWriter, Usage, CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, DONE_EVENT,
     RESET_PREFIX_CACHE_BODY, VERSION_BODY, VLLM_VERSION,
+};
+pub use tokenization::{
+    detokenize_body, kv_event_sources_body, load_body, parse_detokenize, KvEventSource,
 };
 
 /// A route the simulator serves.
@@ -44,6 +48,14 @@ pub enum Route {
     ResetPrefixCache,
     /// `POST /tokenize`.
     Tokenize,
+    /// `POST /detokenize`.
+    Detokenize,
+    /// `GET /ping` and `POST /ping` (SageMaker's health check: as `/health`).
+    Ping,
+    /// `GET /load`.
+    Load,
+    /// `GET /kv_event_sources`.
+    KvEventSources,
 }
 
 /// Resolves a method and path (query string already removed) to a route, or Starlette's
@@ -58,6 +70,12 @@ pub fn route(method: &str, path: &str) -> Result<Route, ApiError> {
         "/metrics" => (Route::Metrics, "GET"),
         "/reset_prefix_cache" => (Route::ResetPrefixCache, "POST"),
         "/tokenize" => (Route::Tokenize, "POST"),
+        "/detokenize" => (Route::Detokenize, "POST"),
+        "/load" => (Route::Load, "GET"),
+        "/kv_event_sources" => (Route::KvEventSources, "GET"),
+        // Two FastAPI routes (GET, then POST); a wrong method hits the GET route's 405 first.
+        "/ping" if method == "POST" => return Ok(Route::Ping),
+        "/ping" => (Route::Ping, "GET"),
         _ => return Err(ApiError::route_not_found()),
     };
     if method == allowed {

@@ -284,7 +284,7 @@ pub fn check_prompt_len(
 }
 
 /// Python rendering of a pydantic error's `input` as vLLM shows it.
-fn py_input(v: &Value) -> String {
+pub(crate) fn py_input(v: &Value) -> String {
     match v {
         Value::Null => "None".to_owned(),
         Value::Bool(true) => "True".to_owned(),

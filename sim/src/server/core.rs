@@ -10,13 +10,18 @@
 //!
 //! Arrivals are given to the scheduler stamped with the start of the latest step (so they join the
 //! next one); the real arrival time is kept here for the metrics (TTFT, e2e, queue time).
+//!
+//! KV events (`--kv-events-config`): at each step's end, before its tokens are delivered, the
+//! block pool's events of that step become one [`KvEventBatch`] stamped with the wall clock,
+//! queued on the publisher without blocking; steps without events publish nothing, as in vLLM.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use inferrail_shards::builtin::BuiltinTokenizer;
 
@@ -24,6 +29,7 @@ use crate::engine::{
     AddRequestError, FinishReason, FinishedRequest, Request, RequestId, Scheduler, SchedulerStats,
     StepOutput,
 };
+use crate::kv_events::{EventMeta, HashFormat, KvEventBatch, KvEventPublisher};
 use crate::openai::Finish;
 use crate::prom::{self, VllmMetrics};
 
@@ -117,6 +123,8 @@ pub(crate) struct Core {
     in_flight: HashSet<RequestId>,
     deferred_aborts: Vec<RequestId>,
     last_stats: SchedulerStats,
+    /// Where each step's KV cache events go (`--kv-events-config`), with their metadata.
+    kv_events: Option<(Arc<KvEventPublisher>, EventMeta)>,
     /// The latest step start: the arrival stamp of new requests.
     floor: f64,
     pub(crate) stopping: bool,
@@ -142,9 +150,41 @@ impl Core {
             in_flight: HashSet::new(),
             deferred_aborts: Vec::new(),
             last_stats,
+            kv_events: None,
             floor: 0.0,
             stopping: false,
         }
+    }
+
+    /// Publishes every step's KV cache events on `publisher` from now on. Hashes are ints
+    /// unless `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`, as in vLLM.
+    pub(crate) fn set_kv_publisher(&mut self, publisher: Arc<KvEventPublisher>) {
+        let mut meta = EventMeta::default();
+        if let Ok(v) = std::env::var("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES") {
+            if v.trim().parse::<i64>().map(|i| i == 0).unwrap_or(false) {
+                meta.hash_format = HashFormat::Bytes;
+            }
+        }
+        self.kv_events = Some((publisher, meta));
+    }
+
+    /// Hands a finished step's KV cache events to the publisher as one batch, stamped with
+    /// the wall clock now (the step's end), for data-parallel rank 0 as vLLM's publisher
+    /// fills it in. A step without events publishes nothing. Never blocks: a full queue drops
+    /// the batch (counted by the publisher).
+    fn publish_kv_events(&mut self, out: &mut StepOutput) {
+        let events = std::mem::take(&mut out.kv_events);
+        let Some((publisher, meta)) = &self.kv_events else {
+            return;
+        };
+        if events.is_empty() {
+            return;
+        }
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        publisher.publish(KvEventBatch::from_engine(ts, &events, Some(0), meta));
     }
 
     /// Real seconds since the server started.
@@ -440,10 +480,14 @@ pub(crate) async fn run(core: Rc<RefCell<Core>>) {
         } else {
             prev_end.max(now)
         };
-        let out = core.borrow_mut().plan(start);
+        let mut out = core.borrow_mut().plan(start);
         if out.is_idle() {
             // Nothing fits (should not happen: admission refuses what could never run).
-            core.borrow_mut().in_flight.clear();
+            {
+                let mut c = core.borrow_mut();
+                c.publish_kv_events(&mut out);
+                c.in_flight.clear();
+            }
             busy = false;
             prev_end = start;
             wait_for_wake(&core, Duration::from_millis(5)).await;
@@ -459,7 +503,11 @@ pub(crate) async fn run(core: Rc<RefCell<Core>>) {
                 monoio::time::sleep(wait).await;
             }
         }
-        core.borrow_mut().deliver(out);
+        {
+            let mut c = core.borrow_mut();
+            c.publish_kv_events(&mut out);
+            c.deliver(out);
+        }
         prev_end = end;
         busy = true;
         if !zero {

@@ -20,11 +20,12 @@ use serde_json::Value;
 use super::conn::{next_head, read_body, BodyError, Clock, Conn, NextHead, Writer};
 use super::core::{Core, Done, Ev, Slot, Submit};
 use crate::openai::{
-    self, check_prompt_len, completion_body, models_body, parse_request, response_id, Api,
-    ApiError, ChatMessage, CompletionRequest, Generated, ModelCard, PromptInput, ResponseMeta,
-    Route, StreamWriter, Usage, CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY,
-    VERSION_BODY,
+    self, check_prompt_len, completion_body, detokenize_body, kv_event_sources_body, load_body,
+    models_body, parse_detokenize, parse_request, response_id, Api, ApiError, ChatMessage,
+    CompletionRequest, Generated, ModelCard, PromptInput, ResponseMeta, Route, StreamWriter, Usage,
+    CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY, VERSION_BODY,
 };
+use crate::prom::ProcessStats;
 
 /// What every handler on the server thread shares.
 pub(crate) struct Ctx {
@@ -270,13 +271,37 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
         Err(e) => return error(ctx, conn, io, head, &e).await,
     };
     match route {
-        Route::Health => simple(ctx, conn, io, head, 200, None, None, b"").await,
+        Route::Health | Route::Ping => simple(ctx, conn, io, head, 200, None, None, b"").await,
+        Route::Load => {
+            // vLLM counts in-flight requests only with --enable-server-load-tracking (off).
+            let b = load_body(0);
+            let ct = Some(CONTENT_TYPE_JSON);
+            simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+        }
+        Route::KvEventSources => {
+            // The engine publishes no KV events over ZMQ yet: vLLM then lists no source.
+            let b = kv_event_sources_body(&[]);
+            let ct = Some(CONTENT_TYPE_JSON);
+            simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+        }
+        Route::Detokenize => match parse_detokenize(&body, &ctx.server) {
+            Ok(ids) => {
+                let text = BuiltinTokenizer::new().decode_with_special(&ids);
+                let b = detokenize_body(&text);
+                let ct = Some(CONTENT_TYPE_JSON);
+                simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+            }
+            Err(e) => error(ctx, conn, io, head, &e).await,
+        },
         Route::Version => {
             let b = VERSION_BODY.as_bytes();
             simple(ctx, conn, io, head, 200, None, Some(CONTENT_TYPE_JSON), b).await
         }
         Route::Metrics => {
-            let text = ctx.core.borrow().metrics.render();
+            let text = match read_process_stats() {
+                Some(p) => ctx.core.borrow().metrics.render_with_process(&p),
+                None => ctx.core.borrow().metrics.render(),
+            };
             let ct = Some(crate::prom::CONTENT_TYPE);
             simple(ctx, conn, io, head, 200, None, ct, text.as_bytes()).await
         }
@@ -321,9 +346,57 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
     }
 }
 
+/// Linux `USER_HZ`: the unit of the CPU times in `/proc/<pid>/stat` (100 on every Linux ABI).
+const CLOCK_TICKS: f64 = 100.0;
+
+/// This process's figures from `/proc`, read as prometheus_client's `ProcessCollector` does:
+/// `stat` fields 23 (vsize), 22 (starttime, ticks since boot, plus `btime` from `/proc/stat`),
+/// 14 + 15 (utime + stime); resident memory from `status` `VmRSS` (the same page count as
+/// `stat`'s rss, in kB); the entries of `fd`; the soft `Max open files` of `limits`.
+/// `None` when `/proc` is not readable (not Linux): the families are then left out.
+pub(crate) fn read_process_stats() -> Option<ProcessStats> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let parts: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |i: usize| parts.get(i).and_then(|v| v.parse::<f64>().ok());
+    let virtual_memory_bytes = field(20)?;
+    let start_ticks = field(19)?;
+    let cpu_seconds_total = (field(11)? + field(12)?) / CLOCK_TICKS;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let rss_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())?;
+    let btime = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<f64>().ok())?;
+    let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as f64;
+    let max_fds = std::fs::read_to_string("/proc/self/limits")
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<f64>().ok())?;
+    Some(ProcessStats {
+        virtual_memory_bytes,
+        resident_memory_bytes: rss_kb * 1024.0,
+        start_time_seconds: start_ticks / CLOCK_TICKS + btime,
+        cpu_seconds_total,
+        open_fds,
+        max_fds,
+    })
+}
+
 /// `/tokenize`: `{"count","max_model_len","tokens","token_strs"}` for a `prompt` or `messages`.
 fn tokenize(ctx: &Ctx, body: &[u8]) -> Result<String, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
+    if let Some(m) = v.get("model").and_then(Value::as_str) {
+        if !ctx.server.served_model_names.iter().any(|s| s == m) {
+            return Err(ApiError::unknown_model(m, &ctx.server.served_model_names));
+        }
+    }
     let tok = BuiltinTokenizer::new();
     let flag = |k: &str, d: bool| v.get(k).and_then(Value::as_bool).unwrap_or(d);
     let ids = if let Some(msgs) = v.get("messages").and_then(Value::as_array) {

@@ -42,6 +42,7 @@ use monoio::io::{CancelHandle, Canceller, Splitable};
 use monoio::net::{ListenerOpts, TcpListener, TcpStream};
 
 use crate::engine::{LatencyModel, Scheduler, SchedulerConfig, SchedulerConfigError};
+use crate::kv_events::{KvEventPublisher, KvEventsConfig, PublisherError};
 use crate::openai::{ServerInfo, VLLM_VERSION};
 use crate::prom::{CacheConfigInfo, VllmMetrics};
 
@@ -83,6 +84,8 @@ pub struct SimOptions {
     pub latency: LatencyModel,
     /// `--seed`: mixed into every request's sampler seed.
     pub seed: u64,
+    /// `--kv-events-config`: KV cache events published over ZMQ as vLLM does (`None`: off).
+    pub kv_events_config: Option<KvEventsConfig>,
 }
 
 impl Default for SimOptions {
@@ -104,6 +107,7 @@ impl Default for SimOptions {
             zero_latency: false,
             latency: LatencyModel::default(),
             seed: 0,
+            kv_events_config: None,
         }
     }
 }
@@ -128,7 +132,10 @@ impl SimOptions {
                 .num_gpu_blocks_override
                 .unwrap_or(SchedulerConfig::default().num_gpu_blocks),
             enable_prefix_caching: self.enable_prefix_caching,
-            enable_kv_events: false,
+            enable_kv_events: self
+                .kv_events_config
+                .as_ref()
+                .is_some_and(KvEventsConfig::publishes),
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             max_model_len: Some(self.max_model_len),
         }
@@ -149,6 +156,9 @@ pub enum StartError {
     /// Listening failed.
     #[error("cannot listen: {0}")]
     Io(#[from] io::Error),
+    /// The KV events publisher (`--kv-events-config`) could not start.
+    #[error("cannot start KV events: {0}")]
+    KvEvents(#[from] PublisherError),
 }
 
 impl From<StartError> for io::Error {
@@ -156,6 +166,7 @@ impl From<StartError> for io::Error {
         match e {
             StartError::Io(e) => e,
             StartError::Config(c) => io::Error::new(io::ErrorKind::InvalidInput, c.to_string()),
+            StartError::KvEvents(k) => io::Error::other(k.to_string()),
         }
     }
 }
@@ -173,6 +184,7 @@ pub struct SimServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
+    kv_events: Option<Arc<KvEventPublisher>>,
 }
 
 impl std::fmt::Debug for SimServer {
@@ -185,6 +197,7 @@ impl std::fmt::Debug for SimServer {
 }
 
 type Ready = mpsc::SyncSender<Result<SocketAddr, StartError>>;
+type KvPublisher = Option<Arc<KvEventPublisher>>;
 
 impl SimServer {
     /// Validates the options, then starts the engine thread; returns once it listens.
@@ -207,17 +220,26 @@ impl SimServer {
         };
         // Validate on this thread so the caller gets the refusal.
         Scheduler::new(opts.scheduler_config(), latency)?;
+        // Bind the KV event sockets here so their errors reach the caller.
+        let kv_events = match &opts.kv_events_config {
+            Some(c) if c.publishes() => {
+                Some(Arc::new(KvEventPublisher::start(c.publisher_config())?))
+            }
+            _ => None,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let thread_stop = stop.clone();
+        let thread_kv = kv_events.clone();
         let thread = thread::Builder::new()
             .name(format!("inferrail-sim:{}", opts.port))
-            .spawn(move || run_thread(opts, thread_stop, ready_tx))?;
+            .spawn(move || run_thread(opts, thread_stop, ready_tx, thread_kv))?;
         match ready_rx.recv() {
             Ok(Ok(addr)) => Ok(SimServer {
                 addr,
                 stop,
                 thread: Some(thread),
+                kv_events,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -242,12 +264,20 @@ impl SimServer {
         format!("http://{}", self.addr)
     }
 
-    /// Closes the listener and every connection and joins the engine thread. Idempotent.
+    /// The KV event publisher (`--kv-events-config` with events on): its bound addresses
+    /// (`local_addr`, `replay_addr`), subscriber and batch counts.
+    pub fn kv_events(&self) -> Option<&KvEventPublisher> {
+        self.kv_events.as_deref()
+    }
+
+    /// Closes the listener and every connection and joins the engine thread, then closes
+    /// the KV event sockets (after sending what is queued). Idempotent.
     pub fn stop(&mut self) {
         if let Some(thread) = self.thread.take() {
             self.stop.store(true, Ordering::Release);
             let _ = thread.join();
         }
+        drop(self.kv_events.take());
     }
 }
 
@@ -257,13 +287,13 @@ impl Drop for SimServer {
     }
 }
 
-fn run_thread(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready) {
+fn run_thread(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: KvPublisher) {
     let runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(1024)
         .enable_timer()
         .build();
     match runtime {
-        Ok(mut rt) => rt.block_on(server_main(opts, stop, ready)),
+        Ok(mut rt) => rt.block_on(server_main(opts, stop, ready, kv)),
         Err(e) => {
             let _ = ready.send(Err(StartError::Io(e)));
         }
@@ -336,7 +366,7 @@ fn fingerprint(model: &str) -> String {
     format!("vllm-{VLLM_VERSION}-{h:08x}")
 }
 
-async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready) {
+async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: KvPublisher) {
     let latency = if opts.zero_latency {
         LatencyModel::zero()
     } else {
@@ -369,11 +399,11 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready) {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let metrics = VllmMetrics::new(model.clone(), 0, cache, created);
-    let core = Rc::new(RefCell::new(core::Core::new(
-        sched,
-        metrics,
-        opts.zero_latency,
-    )));
+    let mut engine_core = core::Core::new(sched, metrics, opts.zero_latency);
+    if let Some(p) = kv {
+        engine_core.set_kv_publisher(p);
+    }
+    let core = Rc::new(RefCell::new(engine_core));
     let bind_to = SocketAddr::new(opts.host, opts.port);
     let listener = match TcpListener::bind_with_config(
         bind_to,
