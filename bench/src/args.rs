@@ -24,6 +24,8 @@ earlier ones are doing; latency counts from the scheduled time.
   --seed S               arrival schedule seed (default 1)
   --arrivals KIND        poisson | uniform (default poisson)
   --timeout D            per request, from when it starts (default 5s)
+  --max-idle D           reuse a keep-alive connection only if idle at most this long, else
+                         close it and open another (default 4s: under uvicorn's 5 s timeout)
   --json OUT.json        also write the report as JSON
 ";
 
@@ -67,6 +69,8 @@ pub struct LoadConfig {
     pub arrivals: Arrivals,
     /// Per-request time limit, covering connection wait, connect, send and the whole response.
     pub timeout: Duration,
+    /// Longest idle spell after which a connection is still reused.
+    pub max_idle: Duration,
 }
 
 /// The parsed `load` command line.
@@ -126,6 +130,7 @@ where
     let mut seed = 1;
     let mut arrivals = Arrivals::Poisson;
     let mut timeout = Duration::from_secs(5);
+    let mut max_idle = Duration::from_secs(4);
     let mut json = None;
 
     let mut args = args.into_iter();
@@ -157,6 +162,7 @@ where
             "--duration" => duration = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--warmup" => warmup = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--timeout" => timeout = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
+            "--max-idle" => max_idle = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--body" => body = Some(value()?.into_bytes()),
             "--body-file" => {
                 let path = value()?;
@@ -206,6 +212,7 @@ where
             seed,
             arrivals,
             timeout,
+            max_idle,
         },
         json,
     })
@@ -290,6 +297,7 @@ mod tests {
         assert_eq!(c.connections, 32);
         assert_eq!(c.max_connections, 512);
         assert_eq!(c.arrivals, Arrivals::Poisson);
+        assert_eq!(c.max_idle, Duration::from_secs(4));
         assert!(c.body.is_none());
 
         let a = parse(

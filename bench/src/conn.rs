@@ -166,3 +166,101 @@ impl Conn {
         result
     }
 }
+
+/// How a streamed (SSE) exchange ended when a complete response arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseResponse {
+    /// The final (non-1xx) status code.
+    pub status: u16,
+    /// When the first complete SSE event arrived (`None`: no event, e.g. an error body).
+    pub first_event: Option<std::time::Instant>,
+    /// When `data: [DONE]` arrived.
+    pub done_at: Option<std::time::Instant>,
+    /// What the event scanner saw over the whole body.
+    pub events: crate::sse::SseSummary,
+}
+
+impl Conn {
+    /// Writes `request` and reads a response whose body may be a chunked `text/event-stream`,
+    /// parsing its SSE events as the bytes arrive (not once the body is whole), so the time of
+    /// the first event and of `data: [DONE]` are those a streaming client sees.
+    pub async fn exchange_sse(
+        &mut self,
+        request: Bytes,
+        method: Method,
+    ) -> Result<SseResponse, ExchangeError> {
+        use std::time::Instant;
+        let (written, _) = self.stream.write_all(request).await;
+        written?;
+        self.buf.clear();
+        let (head, used) = self.read_head(method).await?;
+        let mut scanner = crate::sse::SseScanner::new();
+        let mut first_event = None;
+        let mut done_at = None;
+        let mut note = |scanner: &crate::sse::SseScanner| {
+            let s = scanner.summary();
+            if first_event.is_none() && s.events > 0 {
+                first_event = Some(Instant::now());
+            }
+            if done_at.is_none() && s.done {
+                done_at = Some(Instant::now());
+            }
+        };
+        match head.framing {
+            BodyFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new();
+                let mut payload = Vec::new();
+                let mut start = used;
+                loop {
+                    payload.clear();
+                    let progress = decoder.feed(&self.buf[start..], Some(&mut payload))?;
+                    scanner.feed(&payload);
+                    note(&scanner);
+                    if progress.done {
+                        break;
+                    }
+                    self.buf.clear();
+                    self.read_more().await?;
+                    start = 0;
+                }
+            }
+            BodyFraming::Length(n) => {
+                // Error bodies (and a non-streamed answer) come with a length.
+                let mut remaining = n;
+                let mut start = used;
+                loop {
+                    let have = (self.buf.len() - start) as u64;
+                    let take = have.min(remaining) as usize;
+                    scanner.feed(&self.buf[start..start + take]);
+                    note(&scanner);
+                    remaining -= take as u64;
+                    if remaining == 0 {
+                        break;
+                    }
+                    self.buf.clear();
+                    self.read_more().await?;
+                    start = 0;
+                }
+            }
+            BodyFraming::UntilClose => {
+                let mut start = used;
+                loop {
+                    scanner.feed(&self.buf[start..]);
+                    note(&scanner);
+                    self.buf.clear();
+                    start = 0;
+                    if self.read_some().await? == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        scanner.finish();
+        Ok(SseResponse {
+            status: head.status,
+            first_event,
+            done_at,
+            events: scanner.summary(),
+        })
+    }
+}

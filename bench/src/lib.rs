@@ -1,6 +1,7 @@
 //! The benchmark harness of Inferrail.
 //!
-//! For now this crate owns the open-loop load generator that `perf/overhead` drives; later it also
+//! For now this crate owns the open-loop load generator that `perf/overhead` drives and the
+//! concurrent-streams client (`streams`) that `perf/sim-capacity` drives; later it also
 //! owns the workloads, sweeps and reports. The generator schedules requests at fixed times and
 //! sends each at its time whatever earlier ones are doing, so queueing in the target cannot hide;
 //! latency counts from the scheduled time and the generator's own lateness is reported as send lag.
@@ -17,8 +18,15 @@ mod pool;
 pub mod report;
 pub mod run;
 pub mod schedule;
+mod sse;
+pub mod streams;
 
 pub use args::{parse_load_args, ArgsError, LoadArgs, LoadConfig, Target, LOAD_USAGE};
 pub use report::Report;
 pub use run::{run, LoadError};
 pub use schedule::{Arrivals, Schedule};
+pub use sse::SseSummary;
+pub use streams::{
+    parse_streams_args, run_streams, StreamsArgs, StreamsConfig, StreamsError, StreamsReport,
+    STREAMS_USAGE,
+};

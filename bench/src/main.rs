@@ -1,18 +1,23 @@
-//! `inferrail-bench`: the benchmark harness's command line. Today it has one command, `load`.
+//! `inferrail-bench`: the benchmark harness's command line: `load` (open-loop requests at a
+//! rate) and `streams` (N concurrent SSE streams released at once).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 use std::process::ExitCode;
 
-use inferrail_bench::{parse_load_args, run, ArgsError, LOAD_USAGE};
+use inferrail_bench::{
+    parse_load_args, parse_streams_args, run, run_streams, ArgsError, LOAD_USAGE, STREAMS_USAGE,
+};
 
-const USAGE: &str =
-    "usage: inferrail-bench load --url URL --rate R [options]   (load --help for more)";
+const USAGE: &str = "\
+usage: inferrail-bench load --url URL --rate R [options]          (load --help for more)
+       inferrail-bench streams --url URL --streams N [options]    (streams --help for more)";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
         Some("load") => load(args),
+        Some("streams") => streams(args),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -48,15 +53,47 @@ fn load(args: impl Iterator<Item = String>) -> ExitCode {
         }
     };
     println!("{report}");
-    if let Some(path) = &parsed.json {
-        let written = serde_json::to_vec_pretty(&report)
+    write_json(parsed.json.as_deref(), &report, "load")
+}
+
+fn streams(args: impl Iterator<Item = String>) -> ExitCode {
+    let parsed = match parse_streams_args(args) {
+        Ok(parsed) => parsed,
+        Err(ArgsError::Help) => {
+            print!("{STREAMS_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("inferrail-bench streams: {e}\n\n{STREAMS_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match run_streams(&parsed.config) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("inferrail-bench streams: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{report}");
+    write_json(parsed.json.as_deref(), &report, "streams")
+}
+
+/// Writes `report` as pretty JSON to `path` when one is given.
+fn write_json(
+    path: Option<&std::path::Path>,
+    report: &impl serde::Serialize,
+    cmd: &str,
+) -> ExitCode {
+    if let Some(path) = path {
+        let written = serde_json::to_vec_pretty(report)
             .map_err(std::io::Error::other)
             .and_then(|mut json| {
                 json.push(b'\n');
                 std::fs::write(path, json)
             });
         if let Err(e) = written {
-            eprintln!("inferrail-bench load: writing {}: {e}", path.display());
+            eprintln!("inferrail-bench {cmd}: writing {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
     }

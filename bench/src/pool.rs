@@ -5,6 +5,11 @@
 //! Everything lives on the runtime's one thread, so plain `Rc`/`RefCell` suffice. A borrowed
 //! connection is a [`Lease`]: dropping it (a timeout, an error) closes the connection and frees
 //! its slot, so the pool's count cannot leak.
+//!
+//! A connection idle longer than `max_idle` is closed instead of reused: servers close idle
+//! keep-alive connections (uvicorn, hence vLLM, after 5 s), and a request written on a connection
+//! the server is closing at that moment fails with no response. Reusing only connections idle
+//! for less than the server's timeout avoids that race.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -13,6 +18,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use inferrail_wire::Method;
@@ -42,8 +48,8 @@ struct Waiter {
 /// Mutable pool state.
 #[derive(Debug, Default)]
 struct State {
-    /// Idle connections; the last is the most recently used.
-    idle: Vec<Conn>,
+    /// Idle connections and when each went idle; the last is the most recently used.
+    idle: Vec<(Conn, Instant)>,
     /// Connections open or being opened, idle ones included.
     open: usize,
     /// Requests waiting because `open == max`, oldest first.
@@ -52,6 +58,8 @@ struct State {
     opened: u64,
     /// Times a request had to wait for a connection.
     waits: u64,
+    /// Idle connections closed for having idled longer than `max_idle`.
+    expired: u64,
 }
 
 /// A pool of connections to one address.
@@ -61,6 +69,8 @@ pub struct Pool {
     addr: SocketAddr,
     /// Most connections open at once.
     max: usize,
+    /// Longest idle spell after which a connection is still reused.
+    max_idle: Duration,
     /// Mutable state (single-threaded).
     state: RefCell<State>,
 }
@@ -86,11 +96,13 @@ pub struct ConnectError {
 }
 
 impl Pool {
-    /// An empty pool for `addr` allowing at most `max` (at least one) connections.
-    pub fn new(addr: SocketAddr, max: usize) -> Rc<Pool> {
+    /// An empty pool for `addr` allowing at most `max` (at least one) connections, reusing
+    /// connections idle for at most `max_idle`.
+    pub fn new(addr: SocketAddr, max: usize, max_idle: Duration) -> Rc<Pool> {
         Rc::new(Pool {
             addr,
             max: max.max(1),
+            max_idle,
             state: RefCell::new(State::default()),
         })
     }
@@ -112,8 +124,15 @@ impl Pool {
     pub async fn acquire(self: &Rc<Self>) -> Result<Lease, ConnectError> {
         let waiter = {
             let mut s = self.state.borrow_mut();
-            if let Some(conn) = s.idle.pop() {
-                return Ok(self.lease(conn));
+            while let Some((conn, since)) = s.idle.pop() {
+                if since.elapsed() <= self.max_idle {
+                    return Ok(self.lease(conn));
+                }
+                // Idled too long: the server may be closing it. Its slot is free again (nobody
+                // waits while connections are idle).
+                drop(conn);
+                s.open = s.open.saturating_sub(1);
+                s.expired += 1;
             }
             if s.open < self.max {
                 s.open += 1;
@@ -146,6 +165,11 @@ impl Pool {
     /// Times a request waited for a connection.
     pub fn waits(&self) -> u64 {
         self.state.borrow().waits
+    }
+
+    /// Idle connections closed for having idled longer than `max_idle`.
+    pub fn expired(&self) -> u64 {
+        self.state.borrow().expired
     }
 
     /// Connects using a slot already counted in `open`; gives the slot back on failure.
@@ -201,7 +225,7 @@ impl Pool {
     /// Returns a reusable connection: to a waiter, else to the idle list.
     fn put_back(&self, conn: Conn) {
         if let Some(Handoff::Conn(conn)) = self.hand_off(Handoff::Conn(conn)) {
-            self.state.borrow_mut().idle.push(conn);
+            self.state.borrow_mut().idle.push((conn, Instant::now()));
         }
     }
 

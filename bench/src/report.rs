@@ -115,12 +115,17 @@ pub struct Report {
     pub connections_opened: u64,
     /// Times a request waited because `--max-connections` were all busy.
     pub connection_waits: u64,
+    /// Idle connections closed instead of reused for having idled past `--max-idle`.
+    pub connections_expired: u64,
     /// Most requests in flight at once.
     pub peak_in_flight: u64,
     /// The warmup phase.
     pub warmup: Warmup,
     /// The monoio driver that ran the generator (`io_uring` or `epoll`).
     pub driver: &'static str,
+    /// The first few broken exchanges' causes (protocol errors), for diagnosis.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub error_samples: Vec<String>,
 }
 
 /// Collects outcomes during a run.
@@ -240,9 +245,11 @@ impl Recorder {
             },
             connections_opened: facts.connections_opened,
             connection_waits: facts.connection_waits,
+            connections_expired: facts.connections_expired,
             peak_in_flight: facts.peak_in_flight,
             warmup: self.warmup,
             driver: facts.driver,
+            error_samples: facts.error_samples,
         }
     }
 }
@@ -266,10 +273,14 @@ pub struct RunFacts {
     pub connections_opened: u64,
     /// Waits for a connection.
     pub connection_waits: u64,
+    /// Idle connections closed for idling too long.
+    pub connections_expired: u64,
     /// Most requests in flight at once.
     pub peak_in_flight: u64,
     /// monoio driver name.
     pub driver: &'static str,
+    /// The first few protocol errors' causes.
+    pub error_samples: Vec<String>,
 }
 
 impl fmt::Display for Report {
@@ -305,9 +316,16 @@ impl fmt::Display for Report {
         writeln!(f, "send lag µs p50 {}  p99 {}  max {}", g.p50, g.p99, g.max)?;
         write!(
             f,
-            "connections opened {}  waits {}  peak in flight {}",
-            self.connections_opened, self.connection_waits, self.peak_in_flight
-        )
+            "connections opened {}  expired {}  waits {}  peak in flight {}",
+            self.connections_opened,
+            self.connections_expired,
+            self.connection_waits,
+            self.peak_in_flight
+        )?;
+        for sample in &self.error_samples {
+            write!(f, "\nerror       {sample}")?;
+        }
+        Ok(())
     }
 }
 
@@ -325,8 +343,10 @@ mod tests {
             seed: 1,
             connections_opened: 3,
             connection_waits: 0,
+            connections_expired: 0,
             peak_in_flight: 2,
             driver: "epoll",
+            error_samples: Vec::new(),
         }
     }
 

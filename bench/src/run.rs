@@ -61,7 +61,12 @@ struct RunState {
     in_flight: Cell<u64>,
     /// Most requests in flight at once.
     peak_in_flight: Cell<u64>,
+    /// The first few protocol errors' causes.
+    error_samples: RefCell<Vec<String>>,
 }
+
+/// Protocol errors whose cause the report keeps.
+const ERROR_SAMPLES: usize = 5;
 
 /// Runs one open-loop load run on a fresh single-threaded monoio runtime and returns its report.
 pub fn run(config: &LoadConfig) -> Result<Report, LoadError> {
@@ -132,7 +137,7 @@ async fn drive(
     addr: SocketAddr,
     driver: &'static str,
 ) -> Result<Report, LoadError> {
-    let pool = Pool::new(addr, config.max_connections);
+    let pool = Pool::new(addr, config.max_connections, config.max_idle);
     pool.prefill(config.connections).await?;
     let (request, method) = build_request(config);
     let state = Rc::new(RunState {
@@ -143,6 +148,7 @@ async fn drive(
         recorder: RefCell::new(Recorder::new()?),
         in_flight: Cell::new(0),
         peak_in_flight: Cell::new(0),
+        error_samples: RefCell::new(Vec::new()),
     });
 
     let schedule = Schedule::new(
@@ -178,8 +184,10 @@ async fn drive(
         seed: config.seed,
         connections_opened: pool.opened(),
         connection_waits: pool.waits(),
+        connections_expired: pool.expired(),
         peak_in_flight: state.peak_in_flight.get(),
         driver,
+        error_samples: state.error_samples.take(),
     });
     Ok(report)
 }
@@ -223,7 +231,13 @@ async fn attempt(state: &Rc<RunState>, sent_at: &Cell<Option<Instant>>) -> Outco
                 Outcome::Status(response.status)
             }
         }
-        Err(_) => Outcome::Protocol,
+        Err(e) => {
+            let mut samples = state.error_samples.borrow_mut();
+            if samples.len() < ERROR_SAMPLES {
+                samples.push(e.to_string());
+            }
+            Outcome::Protocol
+        }
     }
 }
 

@@ -128,3 +128,50 @@ fn refused_target_fails_the_run() {
     let cfg = inferrail_bench::parse_load_args(args).unwrap().config;
     assert!(matches!(run(&cfg), Err(LoadError::Connect(_))));
 }
+
+#[test]
+fn broken_responses_are_protocol_errors_with_their_cause() {
+    let server = TestServer::start();
+    let cfg = server.config(
+        "/garbage",
+        "--rate 100 --duration 200ms --warmup 0 --arrivals uniform --connections 1",
+    );
+    let report = run(&cfg).unwrap();
+    assert_eq!(report.sent, 20);
+    assert_eq!(report.errors.protocol, 20);
+    assert_eq!(report.completed, 0);
+    assert_eq!(
+        report.error_samples.len(),
+        5,
+        "only the first few causes are kept"
+    );
+    assert!(report.error_samples[0].contains("bad response head"));
+    assert!(report.to_string().contains("error       bad response head"));
+}
+
+#[test]
+fn connections_idle_too_long_are_replaced_not_reused() {
+    let server = TestServer::start();
+    // 10 req/s evenly: every connection idles about 100 ms between requests, past --max-idle.
+    let cfg = server.config(
+        "/ok",
+        "--rate 10 --duration 500ms --warmup 0 --arrivals uniform --connections 1 --max-idle 20ms",
+    );
+    let report = run(&cfg).unwrap();
+    assert_eq!(report.completed, 5);
+    assert_eq!(report.errors.total(), 0);
+    // The first request comes right after the pool opened; each later one finds its stale.
+    assert_eq!(report.connections_expired, 4);
+    assert_eq!(
+        report.connections_opened, 5,
+        "the initial one plus one per later request"
+    );
+
+    let cfg = server.config(
+        "/ok",
+        "--rate 10 --duration 500ms --warmup 0 --arrivals uniform --connections 1",
+    );
+    let report = run(&cfg).unwrap();
+    assert_eq!(report.connections_expired, 0);
+    assert_eq!(report.connections_opened, 1);
+}

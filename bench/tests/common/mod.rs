@@ -20,7 +20,9 @@ pub struct TestServer {
 
 impl TestServer {
     /// Paths: /ok → 200 with content-length, /chunked → 200 chunked, /fail → 503,
-    /// /close → 200 then close, /hang → never answers.
+    /// /close → 200 then close, /hang → never answers, /sse → a chunked event stream ending in
+    /// `data: [DONE]` (events split across chunks), /sse-cut → the same without `[DONE]`,
+    /// /garbage → bytes that are not an HTTP response.
     pub fn start() -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -81,13 +83,17 @@ fn serve(mut stream: TcpStream, counter: &AtomicU64) {
                 r.extend_from_slice(LAST_CHUNK);
                 r
             }
+            b"/garbage" => b"NOT HTTP AT ALL\r\n\r\n".to_vec(),
+            b"/sse" => sse(true),
+            b"/sse-cut" => sse(false),
             b"/hang" => {
                 std::thread::sleep(Duration::from_secs(30));
                 return;
             }
             _ => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec(),
         };
-        if stream.write_all(&response).is_err() || head.path() == b"/close" {
+        let closes = matches!(head.path(), b"/close" | b"/garbage");
+        if stream.write_all(&response).is_err() || closes {
             return;
         }
     }
@@ -100,5 +106,35 @@ fn ok(body: &[u8], extra: &str) -> Vec<u8> {
     )
     .into_bytes();
     r.extend_from_slice(body);
+    r
+}
+
+/// A vLLM-shaped chunked SSE response: role chunk, two tokens, usage chunk, then `[DONE]` when
+/// `done`. One event is split across two HTTP chunks, as a proxy may re-chunk a stream.
+fn sse(done: bool) -> Vec<u8> {
+    let mut r =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    encode_chunk(
+        &mut r,
+        b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n",
+    );
+    encode_chunk(
+        &mut r,
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},",
+    );
+    encode_chunk(&mut r, b"\"finish_reason\":null}]}\n\n");
+    encode_chunk(
+        &mut r,
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}]}\n\n",
+    );
+    encode_chunk(
+        &mut r,
+        b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+    );
+    if done {
+        encode_chunk(&mut r, b"data: [DONE]\n\n");
+    }
+    r.extend_from_slice(LAST_CHUNK);
     r
 }
