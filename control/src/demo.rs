@@ -2,7 +2,7 @@
 
 use crate::client::{call, Connection};
 use crate::gateway::Gateway;
-use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
+use inferrail_sim::server::{SimOptions, SimServer};
 use std::time::{Duration, Instant};
 
 /// Why the demo stopped early.
@@ -42,17 +42,15 @@ pub fn demo_config(urls: &[String]) -> String {
 /// Runs the demo, printing what happens to stdout. `requests` plain requests are sent first.
 pub fn run(requests: usize) -> Result<(), DemoError> {
     let mut engines = Vec::new();
-    for _ in 0..3 {
-        let opts = EngineOptions {
-            behavior: Behavior::Stream {
-                chunks: 6,
-                interval: Duration::from_millis(40),
-            },
-            ..EngineOptions::new(MODEL)
+    for seed in 0..3 {
+        let opts = SimOptions {
+            enable_prompt_tokens_details: true,
+            seed,
+            ..SimOptions::new(MODEL)
         };
-        engines.push(ScriptedEngine::start(opts).map_err(DemoError::Engine)?);
+        engines.push(SimServer::start(opts).map_err(DemoError::Engine)?);
     }
-    let urls: Vec<String> = engines.iter().map(ScriptedEngine::url).collect();
+    let urls: Vec<String> = engines.iter().map(SimServer::url).collect();
     let config = inferrail_config::parse_str(&demo_config(&urls))?;
     let gateway = Gateway::start(&config)?;
     let addr = gateway.listen_addr;
@@ -64,7 +62,7 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         gateway.admin_addr
     );
     for (i, u) in urls.iter().enumerate() {
-        println!("  engine-{i} {u}  (in-process simulator stand-in, 6 tokens 40 ms apart)");
+        println!("  engine-{i} {u}  (inferrail-sim: vLLM V1 scheduler, prefix cache, 8B-class latency model)");
     }
 
     println!("\n1. {requests} chat requests at once, policy least_request, model named by alias `llama`:");
@@ -82,12 +80,14 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
     for h in handles {
         let Ok((i, r, took)) = h.join() else { continue };
         let r = r.map_err(DemoError::Request)?;
+        let usage: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
         println!(
-            "   request {i:>2}: {} from {:<9} in {:>4} ms  x-request-id {}",
+            "   request {i:>2}: {} from {:<9} in {:>4} ms  prompt {} tokens, {} cached by the engine",
             r.status,
             r.header("x-inferrail-replica").unwrap_or("?"),
             took.as_millis(),
-            r.header("x-request-id").unwrap_or("?")
+            usage["usage"]["prompt_tokens"],
+            usage["usage"]["prompt_tokens_details"]["cached_tokens"]
         );
     }
 
@@ -114,8 +114,8 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         r.header("x-inferrail-replica").unwrap_or("?")
     );
 
-    println!("\n3. engine-1 starts refusing connections; requests retry on the others:");
-    engines[1].set_behavior(Behavior::Refuse);
+    println!("\n3. engine-1 crashes (stopped); requests retry on the others:");
+    engines[1].stop();
     for i in 0..3 {
         let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body))
             .map_err(DemoError::Request)?;
