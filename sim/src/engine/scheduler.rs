@@ -48,7 +48,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use inferrail_shards::block_hash::{extend_block_hashes, BlockHash};
+use inferrail_shards::block_hash::{extend_block_hashes, hash_block, BlockHash, ExtraKey};
 use inferrail_shards::builtin::BuiltinTokenizer;
 
 use super::block_pool::{
@@ -182,6 +182,9 @@ pub struct Request {
     pub script: Vec<u32>,
     /// The sampler's seed.
     pub seed: u64,
+    /// `cache_salt`: added to the first block's extra keys (`("cache_salt", salt)`), as vLLM
+    /// does, so requests with different salts (or none) never share cached blocks.
+    pub cache_salt: Option<String>,
 }
 
 impl Request {
@@ -196,6 +199,7 @@ impl Request {
             arrival,
             script: Vec::new(),
             seed: id,
+            cache_salt: None,
         }
     }
 }
@@ -519,7 +523,12 @@ impl Scheduler {
         }
         let mut hashes = Vec::new();
         if self.config.enable_prefix_caching {
-            extend_block_hashes(&mut hashes, &req.prompt_tokens, self.config.block_size);
+            extend_hashes(
+                &mut hashes,
+                &req.prompt_tokens,
+                self.config.block_size,
+                req.cache_salt.as_deref(),
+            );
         }
         let id = req.id;
         let arrival = req.arrival;
@@ -753,7 +762,12 @@ impl Scheduler {
             st.tokens.push(token);
             st.decoding = true;
             if self.config.enable_prefix_caching {
-                extend_block_hashes(&mut st.hashes, &st.tokens, self.config.block_size);
+                extend_hashes(
+                    &mut st.hashes,
+                    &st.tokens,
+                    self.config.block_size,
+                    st.req.cache_salt.as_deref(),
+                );
             }
             out.tokens.push(TokenEvent {
                 id: w.id,
@@ -812,4 +826,21 @@ impl Scheduler {
         }
         steps
     }
+}
+
+/// [`extend_block_hashes`] with vLLM's `cache_salt`: the first block is hashed with the extra
+/// keys `(("cache_salt", salt),)` (the later blocks differ through the parent chain only).
+fn extend_hashes(
+    hashes: &mut Vec<BlockHash>,
+    tokens: &[u32],
+    block_size: usize,
+    salt: Option<&str>,
+) {
+    if let Some(salt) = salt {
+        if hashes.is_empty() && block_size > 0 && tokens.len() >= block_size {
+            let extra = [ExtraKey::cache_salt(salt)];
+            hashes.push(hash_block(None, &tokens[..block_size], Some(&extra)));
+        }
+    }
+    extend_block_hashes(hashes, tokens, block_size);
 }

@@ -88,6 +88,8 @@ pub(crate) struct Submit {
     pub(crate) stop: Vec<String>,
     pub(crate) seed: u64,
     pub(crate) max_tokens_param: Option<u64>,
+    /// `cache_salt` (isolates the request's cached blocks).
+    pub(crate) cache_salt: Option<String>,
 }
 
 struct Live {
@@ -208,6 +210,7 @@ impl Core {
         req.min_tokens = s.min_tokens;
         req.stop_token_ids = s.stop_token_ids;
         req.seed = s.seed;
+        req.cache_salt = s.cache_salt;
         self.sched.add_request(req)?;
         let slot = Rc::new(Slot::default());
         let arrival = self.vnow();

@@ -528,6 +528,7 @@ async fn completion(
         stop: req.stop.clone(),
         seed: seed_of(ctx, &req, seed_hint),
         max_tokens_param: req.max_tokens.map(u64::from),
+        cache_salt: req.cache_salt.clone(),
     };
     let submitted = ctx.core.borrow_mut().submit(submit);
     let (sid, slot) = match submitted {

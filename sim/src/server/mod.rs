@@ -17,6 +17,11 @@
 //!   digits) becomes the response id; the response carries an `x-request-id` header only with
 //!   `enable_request_id_headers` (`--enable-request-id-headers`), echoing a valid client value or
 //!   32 random hex digits. Default off, as in the vLLM captures.
+//! - **`cache_salt`** (non-empty, else 400 as vLLM) goes into the first block's hash as the
+//!   extra key `("cache_salt", salt)`, so different salts (or none) never share cached blocks;
+//!   the hashes equal vLLM's. KV events still publish `extra_keys` as all `None`.
+//! - **Keep-alive** as uvicorn: `Connection: close` is answered with `connection: close` and the
+//!   socket closed after the body; an idle keep-alive connection is closed after 5 s.
 //! - **Stop strings** end the text before the match (`finish_reason: stop`,
 //!   `stop_reason: "<string>"`); the request leaves the scheduler at that step's end and counts
 //!   as `stop`. Text is not held back while a stop string could still be forming (vLLM holds it).

@@ -1,0 +1,469 @@
+//! Parity with the extra vLLM 0.32 captures (`fixtures/vllm_http_extra/`, copied from
+//! `fixtures/vllm/http-extra/`): `cache_salt` (08–14 and the KV event hashes), keep-alive and
+//! `Connection: close` (15–20), and `--enable-request-id-headers` (27–31).
+//!
+//! The captured request bytes are replayed over TCP against a [`SimServer`] configured as the
+//! capture's `vllm serve`. Header names and order are compared exactly, with values except
+//! `date`, `content-length` of bodies that depend on the tokenizer, and random ids. Token counts
+//! differ from vLLM's (another tokenizer), so cached-token counts are compared in full blocks:
+//! the capture's 192 (6 blocks of its 217-token prompt) is the simulator's full-block count of
+//! the same prompt. The KV event hashes are checked bit for bit through the [`Scheduler`] with
+//! the captured token ids.
+
+mod common;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::Client;
+use inferrail_shards::block_hash::as_event_int;
+use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
+use inferrail_sim::server::{SimOptions, SimServer};
+use serde_json::Value;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "tests",
+        "fixtures",
+        "vllm_http_extra",
+        name,
+    ]
+    .iter()
+    .collect();
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn request(tag: &str) -> Vec<u8> {
+    fixture(&format!("{tag}.request.bin"))
+}
+
+fn server(request_id_headers: bool) -> SimServer {
+    let mut o = SimOptions::new("tiny");
+    o.zero_latency = true;
+    o.block_size = 32;
+    o.num_gpu_blocks_override = Some(128);
+    o.max_model_len = 2048;
+    o.enable_prompt_tokens_details = true;
+    o.enable_prefix_caching = true;
+    o.enable_request_id_headers = request_id_headers;
+    SimServer::start(o).expect("start")
+}
+
+/// Status line, headers and de-chunked body (with the chunk payloads) of raw response bytes.
+struct Raw {
+    status_line: String,
+    headers: Vec<(String, String)>,
+    chunks: Vec<Vec<u8>>,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    fn names(&self) -> Vec<&str> {
+        self.headers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+}
+
+fn parse_raw(raw: &[u8]) -> Raw {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of head");
+    let head = std::str::from_utf8(&raw[..end]).expect("ASCII head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap().to_owned();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(": ").expect("header line");
+            (n.to_owned(), v.to_owned())
+        })
+        .collect();
+    let rest = &raw[end + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
+    if !chunked {
+        return Raw {
+            status_line,
+            headers,
+            chunks: Vec::new(),
+            body: rest.to_vec(),
+        };
+    }
+    let (mut chunks, mut body, mut p) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let eol = p + rest[p..].windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[p..eol]).unwrap(), 16).unwrap();
+        p = eol + 2;
+        if size == 0 {
+            break;
+        }
+        chunks.push(rest[p..p + size].to_vec());
+        body.extend_from_slice(&rest[p..p + size]);
+        p += size + 2;
+    }
+    Raw {
+        status_line,
+        headers,
+        chunks,
+        body,
+    }
+}
+
+/// The object keys of a JSON text, in textual order (nested ones included).
+fn keys(text: &[u8]) -> Vec<String> {
+    let s = std::str::from_utf8(text).unwrap();
+    let b = s.as_bytes();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        if b[i] == b'"' {
+            let st = i;
+            i += 1;
+            while b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            if b.get(i) == Some(&b':') {
+                out.push(s[st + 1..i - 1].to_owned());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+}
+
+/// Replays `tag` on a fresh connection; returns (simulator, capture).
+fn replay(srv: &SimServer, tag: &str) -> (Raw, Raw) {
+    let got = common::exchange(srv.addr(), &request(tag));
+    let want = parse_raw(&fixture(&format!("{tag}.response.bin")));
+    (parse_raw(&got.raw), want)
+}
+
+/// Same status line, header names in the same order, same values for the fixed headers.
+fn assert_same_head(tag: &str, got: &Raw, want: &Raw) {
+    assert_eq!(got.status_line, want.status_line, "{tag}: status line");
+    assert_eq!(got.names(), want.names(), "{tag}: header names and order");
+    for name in [
+        "server",
+        "content-type",
+        "vary",
+        "connection",
+        "transfer-encoding",
+    ] {
+        assert_eq!(got.header(name), want.header(name), "{tag}: {name}");
+    }
+}
+
+// ---------------------------------------------------------------- cache_salt
+
+/// The simulator's `cached_tokens` for the capture's `cached_tokens` of the 217-token prompt
+/// (192 = its 6 full blocks).
+fn scaled(captured: u64, full_blocks_tokens: u64) -> u64 {
+    assert!(captured == 0 || captured == 192, "captured {captured}");
+    if captured == 0 {
+        0
+    } else {
+        full_blocks_tokens
+    }
+}
+
+#[test]
+fn cache_salt_isolates_cached_prefixes_as_captured() {
+    let srv = server(false);
+    for tag in [
+        "08_chat_cache_salt_abc_first",
+        "09_chat_cache_salt_abc_repeat",
+        "10_chat_cache_salt_xyz",
+        "11_chat_no_salt",
+        "12_chat_no_salt_repeat",
+    ] {
+        let (got, want) = replay(&srv, tag);
+        assert_same_head(tag, &got, &want);
+        assert_eq!(keys(&got.body), keys(&want.body), "{tag}: JSON keys");
+        let (g, w) = (got.json(), want.json());
+        let prompt = g["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(prompt > 64, "{tag}: a prompt of several blocks ({prompt})");
+        // A full prompt of whole blocks still recomputes its last block.
+        let full = (prompt - 1) / 32 * 32;
+        let (gd, wd) = (
+            &g["usage"]["prompt_tokens_details"],
+            &w["usage"]["prompt_tokens_details"],
+        );
+        for k in ["cached_tokens", "created_cache_tokens"] {
+            let expect = scaled(wd[k].as_u64().unwrap(), full);
+            assert_eq!(gd[k].as_u64(), Some(expect), "{tag}: {k} ({gd})");
+        }
+    }
+}
+
+#[test]
+fn empty_cache_salt_is_refused_as_captured() {
+    let srv = server(false);
+    let tag = "13_chat_cache_salt_empty";
+    let (got, want) = replay(&srv, tag);
+    assert_same_head(tag, &got, &want);
+    assert_eq!(got.header("content-length"), want.header("content-length"));
+    assert_eq!(
+        String::from_utf8_lossy(&got.body),
+        String::from_utf8_lossy(&want.body)
+    );
+}
+
+#[test]
+fn completion_with_cache_salt_is_accepted() {
+    let srv = server(false);
+    let tag = "14_completion_cache_salt_abc";
+    let (got, want) = replay(&srv, tag);
+    assert_same_head(tag, &got, &want);
+    assert_eq!(keys(&got.body), keys(&want.body), "{tag}: JSON keys");
+    let (g, w) = (got.json(), want.json());
+    assert_eq!(
+        g["usage"]["prompt_tokens_details"],
+        w["usage"]["prompt_tokens_details"]
+    );
+}
+
+/// The KV events of the salt capture, replayed through the scheduler with the captured token
+/// ids: the same block hashes bit for bit, the same `cached_tokens` as the responses 08–12.
+#[test]
+fn cache_salt_block_hashes_match_vllm_kv_events() {
+    let decoded: Value = serde_json::from_slice(&fixture("kv_events/decoded.json")).unwrap();
+    let stored = |seq: u64| -> (Vec<u32>, Vec<u64>) {
+        let batch = decoded
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["seq"].as_u64() == Some(seq))
+            .expect("batch");
+        let e = &batch["typed"]["events"][0];
+        assert_eq!(e["type"], "BlockStored");
+        assert!(e["parent_block_hash"].is_null());
+        let ids = |k: &str| -> Vec<u64> {
+            e[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect()
+        };
+        let tokens = ids("token_ids").into_iter().map(|t| t as u32).collect();
+        (tokens, ids("block_hashes"))
+    };
+    let (tokens, _) = stored(1);
+    assert_eq!(tokens.len(), 192);
+    for seq in [2, 3] {
+        assert_eq!(stored(seq).0, tokens, "seq {seq}: the same prompt");
+    }
+    let config = SchedulerConfig {
+        block_size: 32,
+        num_gpu_blocks: 128,
+        enable_prefix_caching: true,
+        enable_kv_events: true,
+        max_model_len: Some(2048),
+        ..SchedulerConfig::default()
+    };
+    let mut sched = Scheduler::new(config, LatencyModel::zero()).unwrap();
+    // The 217-token prompt: its 6 full blocks as captured, then 25 tokens of a partial block.
+    let mut prompt = tokens.clone();
+    prompt.extend(100..125);
+    // (salt, the batch it stores or None, cached tokens): 08–12 in capture order.
+    let runs: [(Option<&str>, Option<u64>, usize); 5] = [
+        (Some("abc"), Some(1), 0),
+        (Some("abc"), None, 192),
+        (Some("xyz"), Some(2), 0),
+        (None, Some(3), 0),
+        (None, None, 192),
+    ];
+    let mut now = 0.0;
+    for (i, (salt, seq, cached)) in runs.into_iter().enumerate() {
+        let mut req = Request::new(i as u64 + 1, prompt.clone(), 4, now);
+        req.cache_salt = salt.map(str::to_owned);
+        sched.add_request(req).unwrap();
+        let outs = sched.run_until_idle(now);
+        now = outs.last().map(|o| o.end).unwrap_or(now) + 1.0;
+        let finished: Vec<_> = outs.iter().flat_map(|o| o.finished.iter()).collect();
+        assert_eq!(finished.len(), 1);
+        assert_eq!(finished[0].cached_tokens, cached, "run {i} ({salt:?})");
+        let stored_events: Vec<(Vec<u64>, Vec<u32>)> = outs
+            .iter()
+            .flat_map(|o| o.kv_events.iter())
+            .filter_map(|e| match e {
+                KvCacheEvent::BlockStored {
+                    block_hashes,
+                    parent_block_hash,
+                    token_ids,
+                    ..
+                } => {
+                    assert!(parent_block_hash.is_none());
+                    Some((
+                        block_hashes.iter().map(as_event_int).collect(),
+                        token_ids.clone(),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        match seq {
+            None => assert!(stored_events.is_empty(), "run {i}: a repeat stores nothing"),
+            Some(seq) => {
+                let (want_tokens, want_hashes) = stored(seq);
+                assert_eq!(stored_events.len(), 1, "run {i}: one BlockStored");
+                assert_eq!(stored_events[0].1, want_tokens, "run {i}: tokens");
+                assert_eq!(
+                    stored_events[0].0, want_hashes,
+                    "run {i}: hashes (seq {seq})"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- keep-alive
+
+#[test]
+fn connection_close_is_honoured() {
+    let srv = server(false);
+    let tag = "15_chat_connection_close";
+    let mut c = Client::new(srv.addr());
+    c.send(&request(tag));
+    let got = parse_raw(&c.response().raw);
+    let want = parse_raw(&fixture(&format!("{tag}.response.bin")));
+    assert_same_head(tag, &got, &want);
+    assert_eq!(
+        got.headers.last().unwrap(),
+        &("connection".into(), "close".into())
+    );
+    // The server closes right after the body.
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let t = Instant::now();
+    assert!(c.read_to_eof().is_empty());
+    assert!(t.elapsed() < Duration::from_secs(2), "closed at once");
+}
+
+#[test]
+fn keep_alive_reuse_and_idle_close() {
+    let srv = server(false);
+    // 16: no connection header; 17/18: reuse after 1 s.
+    let mut c = Client::new(srv.addr());
+    for (i, tag) in [
+        "16_chat_keepalive_default",
+        "17_keepalive_reuse_1",
+        "18_keepalive_reuse_after_1s",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i == 2 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        c.send(&request(tag));
+        let got = parse_raw(&c.response().raw);
+        let want = parse_raw(&fixture(&format!("{tag}.response.bin")));
+        assert_same_head(tag, &got, &want);
+        assert!(got.header("connection").is_none(), "{tag}");
+    }
+    // 19/20: after a response the idle connection is closed after uvicorn's 5 s.
+    let tag = "19_keepalive_idle_1";
+    c.send(&request(tag));
+    let got = parse_raw(&c.response().raw);
+    assert_same_head(
+        tag,
+        &got,
+        &parse_raw(&fixture(&format!("{tag}.response.bin"))),
+    );
+    let t = Instant::now();
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = match c.stream.read(&mut buf) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+        Err(e) => panic!("expected the server to close the idle connection: {e}"),
+    };
+    let idle = t.elapsed();
+    assert_eq!(n, 0, "EOF, no bytes");
+    assert!(
+        idle >= Duration::from_secs(3) && idle < Duration::from_secs(10),
+        "closed after {idle:?}"
+    );
+}
+
+// ---------------------------------------------------------------- --enable-request-id-headers
+
+fn chunk_ids(r: &Raw) -> Vec<String> {
+    r.chunks
+        .iter()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .filter(|c| *c != "data: [DONE]\n\n")
+        .map(|c| {
+            let v: Value =
+                serde_json::from_str(c.strip_prefix("data: ").unwrap().trim_end()).unwrap();
+            v["id"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn request_id_headers_as_captured() {
+    let srv = server(true);
+
+    let (got, want) = replay(&srv, "27_chat_x_request_id");
+    assert_same_head("27", &got, &want);
+    assert_eq!(got.header("x-request-id"), Some("ref-req-0002"));
+    assert_eq!(got.json()["id"], want.json()["id"]);
+    assert_eq!(want.json()["id"], "chatcmpl-ref-req-0002");
+
+    let (got, want) = replay(&srv, "28_chat_no_request_id");
+    assert_same_head("28", &got, &want);
+    let hdr = got.header("x-request-id").unwrap().to_owned();
+    assert!(is_hex(&hdr, 32), "uuid4 hex: {hdr}");
+    let id = got.json()["id"].as_str().unwrap().to_owned();
+    let rest = id.strip_prefix("chatcmpl-").unwrap();
+    assert!(
+        is_hex(rest, 16) && !hdr.contains(rest),
+        "{id} unrelated to {hdr}"
+    );
+
+    let (got, want) = replay(&srv, "29_chat_stream_x_request_id");
+    assert_same_head("29", &got, &want);
+    assert_eq!(got.header("x-request-id"), Some("ref-req-0003"));
+    assert_eq!(got.chunks.len(), want.chunks.len(), "one chunk per event");
+    let ids = chunk_ids(&got);
+    assert!(!ids.is_empty());
+    assert!(ids.iter().all(|i| i == "chatcmpl-ref-req-0003"), "{ids:?}");
+    assert_eq!(chunk_ids(&want)[0], "chatcmpl-ref-req-0003");
+
+    let (got, want) = replay(&srv, "30_health_request_id_headers");
+    assert_same_head("30", &got, &want);
+    assert_eq!(got.header("content-length"), Some("0"));
+    assert!(is_hex(got.header("x-request-id").unwrap(), 32));
+    assert!(got.body.is_empty());
+
+    let (got, want) = replay(&srv, "31_err_unknown_model_request_id");
+    assert_same_head("31", &got, &want);
+    assert_eq!(got.header("x-request-id"), Some("ref-req-0004"));
+    assert_eq!(got.header("content-length"), want.header("content-length"));
+    assert_eq!(
+        String::from_utf8_lossy(&got.body),
+        String::from_utf8_lossy(&want.body)
+    );
+}
