@@ -176,6 +176,7 @@ fn kv_events_engine_events_match_the_capture() {
         parent_block_hash: None,
         token_ids: tokens,
         block_size: 32,
+        extra_keys: vec![None; 6],
     }];
     let ours = KvEventBatch::from_engine(first.ts, &engine_events, Some(0), &EventMeta::default());
     assert_eq!(&ours, first);

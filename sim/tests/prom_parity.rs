@@ -4,7 +4,7 @@
 use inferrail_sim::prom::parse::{self, Family};
 use inferrail_sim::prom::{
     build_1_2_5_buckets, AdmissionRejection, CacheConfigInfo, FinishReason, FinishedRequest,
-    ProcessStats, SleepState, VllmMetrics, CONTENT_TYPE,
+    HttpMetrics, HttpRequest, ProcessStats, SleepState, VllmMetrics, CONTENT_TYPE,
 };
 
 const BEFORE: &str = include_str!("fixtures/vllm_metrics_00_before.body");
@@ -415,4 +415,204 @@ fn prom_fixture_pages_are_valid_for_the_checker() {
     parse::validate(BEFORE).unwrap();
     let after = parse::validate(AFTER).unwrap();
     assert!(after.iter().any(|f| f.kind == "summary"));
+}
+
+// ---- prometheus-fastapi-instrumentator's `http_*` families ----
+
+/// The `http_*` part of a fixture page: from `http_requests_total` to the end.
+fn http_section(page: &str) -> String {
+    page[page.find("# HELP http_requests_total ").unwrap()..].to_string()
+}
+
+/// The fixture session's recorded requests in order: (route, raw path, method, status, count).
+/// The unmatched ones are `GET /v1/nope` (404) and `GET /v1/chat/completions` (405).
+const SESSION: &[(Option<&str>, &str, &str, u16, usize)] = &[
+    (Some("/v1/models"), "/v1/models", "GET", 200, 1),
+    (
+        Some("/kv_event_sources"),
+        "/kv_event_sources",
+        "GET",
+        200,
+        1,
+    ),
+    (Some("/tokenize"), "/tokenize", "POST", 200, 29),
+    (Some("/detokenize"), "/detokenize", "POST", 200, 1),
+    (
+        Some("/v1/chat/completions"),
+        "/v1/chat/completions",
+        "POST",
+        200,
+        14,
+    ),
+    (Some("/v1/completions"), "/v1/completions", "POST", 200, 15),
+    (
+        Some("/v1/chat/completions"),
+        "/v1/chat/completions",
+        "POST",
+        400,
+        13,
+    ),
+    (Some("/v1/completions"), "/v1/completions", "POST", 400, 4),
+    (None, "/v1/nope", "GET", 404, 1),
+    (None, "/v1/chat/completions", "GET", 405, 1),
+    (
+        Some("/reset_prefix_cache"),
+        "/reset_prefix_cache",
+        "POST",
+        200,
+        1,
+    ),
+];
+
+/// Per handler, the fixture's request and response byte sums.
+const SIZES: &[(&str, u64, u64)] = &[
+    ("/v1/models", 0, 461),
+    ("/kv_event_sources", 0, 203),
+    ("/tokenize", 21163, 28899),
+    ("/detokenize", 45, 41),
+    ("/v1/chat/completions", 23632, 10280),
+    ("/v1/completions", 35519, 10887),
+    ("none", 0, 53),
+    ("/reset_prefix_cache", 0, 16),
+];
+
+/// Replays [`SESSION`] (plus excluded `/health`, `/metrics`, ... requests the page must not
+/// show): sizes of a handler all on its first request; durations landing in the fixture's
+/// buckets (52 within 10 ms, 21 within 25 ms, 7 within 50 ms, the first chat at 200 ms).
+fn replay_http_session(m: &mut HttpMetrics) {
+    let mut seen = std::collections::HashSet::new();
+    let mut fast = 0;
+    for &(route, path, method, status, n) in SESSION {
+        for _ in 0..n {
+            let handler = route.unwrap_or("none");
+            let (req, resp) = if seen.insert(handler) {
+                let s = SIZES.iter().find(|s| s.0 == handler).unwrap();
+                (s.1, s.2)
+            } else {
+                (0, 0)
+            };
+            let duration = if handler == "/v1/chat/completions" && req > 0 {
+                0.2
+            } else {
+                fast += 1;
+                match fast {
+                    1..=52 => 0.005,
+                    53..=73 => 0.02,
+                    _ => 0.04,
+                }
+            };
+            assert!(m.observe(&HttpRequest {
+                route,
+                path,
+                method,
+                status,
+                request_size: req,
+                response_size: resp,
+                duration,
+                now_unix: 1.8e9,
+            }));
+        }
+    }
+    for (route, path, method) in [
+        (Some("/health"), "/health", "GET"),
+        (Some("/metrics"), "/metrics", "GET"),
+        (Some("/version"), "/version", "GET"),
+        (Some("/ping"), "/ping", "POST"),
+        (Some("/load"), "/load", "GET"),
+        (None, "/server_info", "GET"),
+        (None, "/metrics", "POST"),
+    ] {
+        let r = HttpRequest {
+            route,
+            path,
+            method,
+            status: 200,
+            request_size: 0,
+            response_size: 0,
+            duration: 0.001,
+            now_unix: 1.8e9,
+        };
+        assert!(!m.observe(&r), "{path} is excluded");
+    }
+}
+
+/// The page with the values of the latency `_sum` samples blanked (float sums of real timings).
+fn blank_duration_sums(page: &str) -> String {
+    page.lines()
+        .map(|l| {
+            let name = l.split(['{', ' ']).next().unwrap();
+            if name.starts_with("http_request_duration") && name.ends_with("_sum") {
+                format!("{} X\n", &l[..l.rfind(' ').unwrap()])
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn prom_http_fresh_families_match_vllm_before_traffic() {
+    let m = HttpMetrics::new(1.7960143645207067e9);
+    assert_same_page(&m.render(), &http_section(BEFORE));
+}
+
+#[test]
+fn prom_http_families_after_traffic_match_vllm() {
+    let mut m = HttpMetrics::new(1.7960143645207067e9);
+    replay_http_session(&mut m);
+    assert_eq!(m.count(), 81);
+    assert_same_page(
+        &blank_duration_sums(&m.render()),
+        &blank_duration_sums(&http_section(AFTER)),
+    );
+}
+
+#[test]
+fn prom_http_family_parity_names_help_types_labels_buckets_and_order() {
+    let mut m = HttpMetrics::new(0.0);
+    replay_http_session(&mut m);
+    let got = parse::validate(&m.render()).unwrap();
+    let want = parse::validate(&http_section(AFTER)).unwrap();
+    let names = |fs: &[Family]| fs.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&got), names(&want));
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!((&g.help, &g.kind), (&w.help, &w.kind), "{}", w.name);
+        assert_eq!(g.bucket_bounds(), w.bucket_bounds(), "{} buckets", w.name);
+        let series = |f: &Family| {
+            f.samples
+                .iter()
+                .map(|s| (s.name.clone(), s.labels.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(series(g), series(w), "{} series and label order", w.name);
+    }
+}
+
+/// The whole page's family order: `process_*`, `vllm:*`, then `http_*` (python_* aside).
+#[test]
+fn prom_http_families_close_the_page_as_in_vllm() {
+    let process = ProcessStats {
+        virtual_memory_bytes: 1.0,
+        resident_memory_bytes: 1.0,
+        start_time_seconds: 1.0,
+        cpu_seconds_total: 1.0,
+        open_fds: 1.0,
+        max_fds: 1.0,
+    };
+    let mut http = HttpMetrics::new(0.0);
+    replay_http_session(&mut http);
+    let mut page = reference_metrics(0.0).render_with_process(&process);
+    http.render_into(&mut page);
+    let got: Vec<String> = parse::validate(&page)
+        .unwrap()
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
+    let want: Vec<String> = parse::validate(AFTER)
+        .unwrap()
+        .into_iter()
+        .map(|f| f.name)
+        .filter(|n| !n.starts_with("python_"))
+        .collect();
+    assert_eq!(got, want);
 }

@@ -8,7 +8,8 @@
 //! differ from vLLM's (another tokenizer), so cached-token counts are compared in full blocks:
 //! the capture's 192 (6 blocks of its 217-token prompt) is the simulator's full-block count of
 //! the same prompt. The KV event hashes are checked bit for bit through the [`Scheduler`] with
-//! the captured token ids.
+//! the captured token ids, and the salted `BlockStored` payloads (with their `extra_keys`) byte
+//! for byte against `kv_events/frames.bin`.
 
 mod common;
 
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use common::Client;
 use inferrail_shards::block_hash::as_event_int;
 use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
+use inferrail_sim::kv_events::{EventMeta, KvEventBatch};
 use inferrail_sim::server::{SimOptions, SimServer};
 use serde_json::Value;
 
@@ -466,4 +468,86 @@ fn request_id_headers_as_captured() {
         String::from_utf8_lossy(&got.body),
         String::from_utf8_lossy(&want.body)
     );
+}
+
+/// The captured ZMQ messages of the salt test (`kv_events/frames.bin`: per message a u32be frame
+/// count, then per frame a u32be length and the bytes).
+fn kv_messages() -> Vec<Vec<Vec<u8>>> {
+    let data = fixture("kv_events/frames.bin");
+    let mut at = 0;
+    let u32be = |at: &mut usize| {
+        let v = u32::from_be_bytes(data[*at..*at + 4].try_into().unwrap()) as usize;
+        *at += 4;
+        v
+    };
+    let mut out = Vec::new();
+    while at < data.len() {
+        let n = u32be(&mut at);
+        let mut frames = Vec::new();
+        for _ in 0..n {
+            let len = u32be(&mut at);
+            frames.push(data[at..at + len].to_vec());
+            at += len;
+        }
+        out.push(frames);
+    }
+    out
+}
+
+/// The salted `BlockStored` batches come out byte for byte as vLLM publishes them: the first
+/// block's `extra_keys` is the bare salt (`["abc"]`, wire `91 a3 "abc"`), the later blocks' nil,
+/// and an unsalted request's all nil. The scheduler runs the captured prompt with each salt;
+/// its events are encoded with the default metadata and the captured timestamp.
+#[test]
+fn cache_salt_block_stored_payload_matches_vllm_bytes() {
+    let msgs = kv_messages();
+    assert_eq!(msgs.len(), 4);
+    let decoded: Value = serde_json::from_slice(&fixture("kv_events/decoded.json")).unwrap();
+    let e = &decoded[1]["typed"]["events"][0];
+    assert_eq!(e["extra_keys"][0], serde_json::json!(["abc"]));
+    let tokens: Vec<u32> = e["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let mut prompt = tokens.clone();
+    prompt.extend(100..125);
+    for (salt, seq) in [(Some("abc"), 1usize), (Some("xyz"), 2), (None, 3)] {
+        let frames = &msgs[seq];
+        assert_eq!(frames[1], (seq as u64).to_be_bytes());
+        let payload = &frames[2];
+        // `[ts, events, 0]`: fixarray(3), then ts as float64.
+        assert_eq!(&payload[..2], &[0x93, 0xcb]);
+        let ts = f64::from_be_bytes(payload[2..10].try_into().unwrap());
+        let config = SchedulerConfig {
+            block_size: 32,
+            num_gpu_blocks: 128,
+            enable_prefix_caching: true,
+            enable_kv_events: true,
+            max_model_len: Some(2048),
+            ..SchedulerConfig::default()
+        };
+        let mut sched = Scheduler::new(config, LatencyModel::zero()).unwrap();
+        let mut req = Request::new(1, prompt.clone(), 4, 0.0);
+        req.cache_salt = salt.map(str::to_owned);
+        sched.add_request(req).unwrap();
+        let events: Vec<KvCacheEvent> = sched
+            .run_until_idle(0.0)
+            .into_iter()
+            .flat_map(|o| o.kv_events)
+            .collect();
+        assert_eq!(events.len(), 1, "seq {seq}: one BlockStored");
+        let ours = KvEventBatch::from_engine(ts, &events, Some(0), &EventMeta::default()).encode();
+        if let Some(salt) = salt {
+            let mut key = vec![0x91, 0xa0 | salt.len() as u8];
+            key.extend_from_slice(salt.as_bytes());
+            assert!(
+                ours.windows(key.len()).any(|w| w == key.as_slice()),
+                "seq {seq}: salt on the wire"
+            );
+        }
+        assert_eq!(ours.len(), payload.len(), "seq {seq}: payload length");
+        assert!(&ours == payload, "seq {seq}: payload bytes differ");
+    }
 }

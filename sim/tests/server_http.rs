@@ -537,3 +537,106 @@ fn a_second_turn_reuses_the_first_turns_blocks() {
         "cached {cached}, first turn {turn1} + 20"
     );
 }
+
+/// prometheus-fastapi-instrumentator's `http_*` families count every request but the excluded
+/// handlers (`/metrics`, `/health`, ...), by route template, method and status group, with the
+/// `Content-Length` sizes (0 for a streamed response).
+#[test]
+fn metrics_http_families_count_requests() {
+    let s = zero("tiny");
+    let m0 = metrics(s.addr());
+    assert!(m0.contains("# TYPE http_requests_total counter\n# HELP http_request_size_bytes "));
+    assert!(m0.contains("\nhttp_request_duration_highr_seconds_count 0.0\n"));
+
+    let chat = chat_body("hi", 2, false);
+    let r = exchange(s.addr(), &post("/v1/chat/completions", &chat, ""));
+    assert_eq!(r.status(), 200);
+    let chat_resp = r.body.len();
+    let stream = chat_body("hi", 2, true);
+    let r = exchange(s.addr(), &post("/v1/chat/completions", &stream, ""));
+    assert_eq!(r.status(), 200);
+    let bad = "{\"model\":\"tiny\"}";
+    let r = exchange(s.addr(), &post("/v1/chat/completions", bad, ""));
+    assert_eq!(r.status() / 100, 4);
+    let bad_resp = r.body.len();
+    let r = exchange(s.addr(), &get("/v1/models"));
+    assert_eq!(r.status(), 200);
+    let models_resp = r.body.len();
+    assert_eq!(exchange(s.addr(), &get("/v1/nope")).status(), 404);
+    assert_eq!(exchange(s.addr(), &get("/v1/completions")).status(), 405);
+    for path in ["/health", "/version", "/load", "/ping"] {
+        assert_eq!(exchange(s.addr(), &get(path)).status(), 200, "{path}");
+    }
+    metrics(s.addr());
+
+    let m = metrics(s.addr());
+    let total = |labels: &str| metric(&m, "http_requests_total", labels);
+    let chat_labels = "handler=\"/v1/chat/completions\",method=\"POST\"";
+    assert_eq!(total(&format!("{chat_labels},status=\"2xx\"")), 2.0);
+    assert_eq!(total(&format!("{chat_labels},status=\"4xx\"")), 1.0);
+    assert_eq!(
+        total("handler=\"/v1/models\",method=\"GET\",status=\"2xx\""),
+        1.0
+    );
+    assert_eq!(total("handler=\"none\",method=\"GET\",status=\"4xx\""), 2.0);
+    assert_eq!(total(""), 6.0, "excluded handlers are not counted:\n{m}");
+    for h in ["/metrics", "/health", "/version", "/load", "/ping"] {
+        assert!(!m.contains(&format!("handler=\"{h}\"")), "{h}");
+    }
+    let chat_h = "handler=\"/v1/chat/completions\"";
+    assert_eq!(metric(&m, "http_request_size_bytes_count", chat_h), 3.0);
+    assert_eq!(
+        metric(&m, "http_request_size_bytes_sum", chat_h) as usize,
+        chat.len() + stream.len() + bad.len()
+    );
+    assert_eq!(
+        metric(&m, "http_response_size_bytes_sum", chat_h) as usize,
+        chat_resp + bad_resp,
+        "a streamed response has no content-length: counted 0"
+    );
+    assert_eq!(
+        metric(&m, "http_response_size_bytes_sum", "handler=\"/v1/models\"") as usize,
+        models_resp
+    );
+    assert_eq!(
+        metric(&m, "http_response_size_bytes_sum", "handler=\"none\"") as usize,
+        "{\"detail\":\"Not Found\"}".len() + "{\"detail\":\"Method Not Allowed\"}".len()
+    );
+    let highr = |suffix: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("http_request_duration_highr_seconds_{suffix} ")))
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(highr("count"), 6.0);
+    assert!(highr("sum") > 0.0);
+    assert_eq!(
+        metric(&m, "http_request_duration_seconds_count", chat_labels),
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "http_request_duration_seconds_bucket",
+            "handler=\"/v1/chat/completions\",le=\"+Inf\",method=\"POST\""
+        ),
+        3.0
+    );
+    // Children appear in first-use order, the page ending with the latency `_created` gauges.
+    let first = |needle: &str| m.find(needle).unwrap();
+    assert!(
+        first("http_requests_total{handler=\"/v1/chat")
+            < first("http_requests_total{handler=\"/v1/models")
+    );
+    let last = m.lines().last().unwrap();
+    assert!(
+        last.starts_with("http_request_duration_seconds_created{handler=\"none\",method=\"GET\"} "),
+        "{last}"
+    );
+    parse_ok(&m);
+}
+
+fn parse_ok(page: &str) {
+    inferrail_sim::prom::parse::validate(page).expect("valid page");
+}

@@ -38,7 +38,7 @@
 
 use std::collections::HashMap;
 
-pub use inferrail_shards::block_hash::BlockHash;
+pub use inferrail_shards::block_hash::{BlockHash, ExtraKey};
 
 /// A block's index in the pool (0 is the null block).
 pub type BlockId = u32;
@@ -62,6 +62,10 @@ pub enum KvCacheEvent {
         token_ids: Vec<u32>,
         /// Tokens per block.
         block_size: usize,
+        /// Per block, the extra keys vLLM publishes for it (`None` for a block without any):
+        /// a salted request's first block carries `[salt]` (the bare salt, not the
+        /// `("cache_salt", salt)` tuple its hash uses), every other block `None`.
+        extra_keys: Vec<Option<Vec<ExtraKey>>>,
     },
     /// A cached block was reused for other content (one event per physical block).
     BlockRemoved {
@@ -125,6 +129,9 @@ pub struct SlotRequest<'a> {
     pub num_new_tokens: usize,
     /// Free blocks to leave untouched (vLLM's watermark for waiting requests; 0 by default).
     pub watermark_blocks: usize,
+    /// The request's `cache_salt`: published as the extra keys of its first block (tokens
+    /// `0..block_size`) when that block is stored. It must already be part of `block_hashes`.
+    pub cache_salt: Option<&'a str>,
 }
 
 /// Why `allocate_slots` allocated nothing. The pool is unchanged in every case.
@@ -527,6 +534,9 @@ impl BlockPool {
                     parent_block_hash: start.checked_sub(1).map(|p| req.block_hashes[p]),
                     token_ids: req.token_ids[start * bs..num_full * bs].to_vec(),
                     block_size: bs,
+                    extra_keys: (start..num_full)
+                        .map(|i| block_extra_keys(i, req.cache_salt))
+                        .collect(),
                 });
             }
         }
@@ -558,8 +568,8 @@ impl BlockPool {
     }
 
     /// Admits a waiting request: lookup, `allocate_slots` for up to `max_new_tokens` (the
-    /// prefill chunk; the tokens after the hit, at most), then records the stats. Returns the
-    /// hit; `Err` leaves the pool and the stats unchanged.
+    /// prefill chunk; the tokens after the hit, at most), then records the stats, for a request
+    /// without `cache_salt`. Returns the hit; `Err` leaves the pool and the stats unchanged.
     pub fn admit(
         &mut self,
         request_id: RequestId,
@@ -577,6 +587,7 @@ impl BlockPool {
             num_computed_tokens: 0,
             num_new_tokens,
             watermark_blocks: 0,
+            cache_salt: None,
         };
         self.allocate_slots(&req, &hit)?;
         self.record_prefix_cache_stats(token_ids.len(), hit.num_tokens, preempted);
@@ -687,5 +698,15 @@ fn remove_cached(cached: &mut HashMap<BlockHash, Vec<BlockId>>, h: &BlockHash, b
         if ids.is_empty() {
             cached.remove(h);
         }
+    }
+}
+
+/// The extra keys vLLM publishes in `BlockStored` for the request's block `index`: `[salt]` for
+/// the first block of a salted request (vLLM's `generate_block_hash_extra_keys` adds the salt to
+/// the block starting at token 0 only), `None` otherwise.
+pub fn block_extra_keys(index: usize, cache_salt: Option<&str>) -> Option<Vec<ExtraKey>> {
+    match cache_salt {
+        Some(salt) if index == 0 => Some(vec![ExtraKey::Str(salt.to_owned())]),
+        _ => None,
     }
 }

@@ -1,6 +1,8 @@
 //! Tests of the block pool: vLLM behaviours one by one, and a property test against a naive
 //! reference model (Vec-based, O(n) everything) written straight from vLLM's Python.
-use inferrail_shards::block_hash::{extend_block_hashes, prompt_block_hashes, BlockHash};
+use inferrail_shards::block_hash::{
+    extend_block_hashes, hash_block, prompt_block_hashes, BlockHash, ExtraKey,
+};
 use proptest::prelude::*;
 
 use super::block_pool::*;
@@ -139,7 +141,8 @@ fn fully_cached_prompt_recomputes_its_last_block() {
             block_hashes: h.clone(),
             parent_block_hash: None,
             token_ids: a.clone(),
-            block_size: BS
+            block_size: BS,
+            extra_keys: vec![None; 3],
         }]
     );
     p.free(1);
@@ -152,7 +155,8 @@ fn fully_cached_prompt_recomputes_its_last_block() {
             block_hashes: vec![h[2]],
             parent_block_hash: Some(h[1]),
             token_ids: a[8..].to_vec(),
-            block_size: BS
+            block_size: BS,
+            extra_keys: vec![None],
         }]
     );
     let blocks = p.request_blocks(2).unwrap().to_vec();
@@ -189,6 +193,7 @@ fn decode_caches_blocks_it_completes() {
             num_computed_tokens: computed,
             num_new_tokens: 1,
             watermark_blocks: 0,
+            cache_salt: None,
         };
         p.allocate_slots(&req, &CacheHit::none()).unwrap();
         computed += 1;
@@ -200,7 +205,8 @@ fn decode_caches_blocks_it_completes() {
             block_hashes: vec![h[1]],
             parent_block_hash: Some(h[0]),
             token_ids: t[4..8].to_vec(),
-            block_size: BS
+            block_size: BS,
+            extra_keys: vec![None],
         }]
     );
     // The next decode token needs a third block.
@@ -213,6 +219,7 @@ fn decode_caches_blocks_it_completes() {
         num_computed_tokens: computed,
         num_new_tokens: 1,
         watermark_blocks: 0,
+        cache_salt: None,
     };
     assert_eq!(p.allocate_slots(&req, &CacheHit::none()).unwrap().len(), 1);
     assert_eq!(p.request_blocks(1).unwrap().len(), 3);
@@ -242,6 +249,7 @@ fn chunked_prefill_and_no_space_changes_nothing() {
         num_computed_tokens: 6,
         num_new_tokens: 10,
         watermark_blocks: 0,
+        cache_salt: None,
     };
     p.allocate_slots(&req, &CacheHit::none()).unwrap();
     assert_eq!(p.num_free_blocks(), 0);
@@ -315,6 +323,7 @@ fn invalid_calls_are_rejected_without_change() {
         num_computed_tokens: 0,
         num_new_tokens: 4,
         watermark_blocks: 0,
+        cache_salt: None,
     };
     // Hashes must cover the blocks to cache.
     assert!(matches!(
@@ -457,6 +466,13 @@ impl RefPool {
                 },
                 token_ids: r.token_ids[start * BS..full * BS].to_vec(),
                 block_size: BS,
+                // vLLM publishes the bare salt for the block at token 0, nothing for others.
+                extra_keys: (start..full)
+                    .map(|k| match r.cache_salt {
+                        Some(salt) if k == 0 => Some(vec![ExtraKey::Str(salt.to_string())]),
+                        _ => None,
+                    })
+                    .collect(),
             });
         }
         Ok(new)
@@ -500,6 +516,7 @@ enum Op {
         suffix: u32,
         chunk: usize,
         preempted: bool,
+        salt: Option<&'static str>,
     },
     Step {
         slot: usize,
@@ -514,11 +531,24 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..4usize, 0..3usize, 1..30usize, 0..4u32, 1..20usize, any::<bool>()).prop_map(
-            |(slot, prefix, len, suffix, chunk, preempted)| Op::Admit {
-                slot, prefix, len, suffix, chunk, preempted
-            }
-        ),
+        4 => (
+            0..4usize,
+            0..3usize,
+            1..30usize,
+            0..4u32,
+            1..20usize,
+            any::<bool>(),
+            prop::option::of(prop::sample::select(vec!["a", "b"])),
+        )
+            .prop_map(|(slot, prefix, len, suffix, chunk, preempted, salt)| Op::Admit {
+                slot,
+                prefix,
+                len,
+                suffix,
+                chunk,
+                preempted,
+                salt,
+            }),
         4 => (0..4usize, 0..3u32, 1..8usize).prop_map(|(slot, tok, chunk)| Op::Step { slot, tok, chunk }),
         2 => (0..4usize).prop_map(|slot| Op::Free { slot }),
         1 => Just(Op::Reset),
@@ -544,6 +574,18 @@ struct Live {
     tokens: Vec<u32>,
     hashes: Vec<BlockHash>,
     computed: usize,
+    salt: Option<&'static str>,
+}
+
+/// The scheduler's hashing: `extend_block_hashes`, the first block salted as vLLM does.
+fn extend_salted(hashes: &mut Vec<BlockHash>, tokens: &[u32], salt: Option<&str>) {
+    if let Some(salt) = salt {
+        if hashes.is_empty() && tokens.len() >= BS {
+            let extra = [ExtraKey::cache_salt(salt)];
+            hashes.push(hash_block(None, &tokens[..BS], Some(&extra)));
+        }
+    }
+    extend_block_hashes(hashes, tokens, BS);
 }
 
 fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -560,9 +602,11 @@ fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 suffix,
                 chunk,
                 preempted,
+                salt,
             } if slots[slot].is_none() => {
                 let tokens = prompt(prefix, len, suffix);
-                let hashes = prompt_block_hashes(&tokens, BS);
+                let mut hashes = Vec::new();
+                extend_salted(&mut hashes, &tokens, salt);
                 let hit = p.get_computed_blocks(&hashes, tokens.len());
                 prop_assert_eq!(&hit, &r.lookup(&hashes, tokens.len()));
                 next_id += 1;
@@ -573,6 +617,7 @@ fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     num_computed_tokens: 0,
                     num_new_tokens: (tokens.len() - hit.num_tokens).min(chunk),
                     watermark_blocks: 0,
+                    cache_salt: salt,
                 };
                 let got = p.allocate_slots(&req, &hit);
                 prop_assert_eq!(&got, &r.allocate(&req, &hit));
@@ -596,6 +641,7 @@ fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         tokens,
                         hashes,
                         computed,
+                        salt,
                     });
                 }
             }
@@ -608,7 +654,7 @@ fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     (live.tokens.len() - live.computed).min(chunk)
                 } else {
                     live.tokens.push(500 + tok);
-                    extend_block_hashes(&mut live.hashes, &live.tokens, BS);
+                    extend_salted(&mut live.hashes, &live.tokens, live.salt);
                     1
                 };
                 let req = SlotRequest {
@@ -618,6 +664,7 @@ fn run(n: usize, caching: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     num_computed_tokens: live.computed,
                     num_new_tokens: num_new,
                     watermark_blocks: 0,
+                    cache_salt: live.salt,
                 };
                 let got = p.allocate_slots(&req, &CacheHit::none());
                 prop_assert_eq!(&got, &r.allocate(&req, &CacheHit::none()));
@@ -722,8 +769,11 @@ fn replays_vllm_capture_events_in_order() {
             parent_block_hash,
             token_ids,
             block_size,
+            extra_keys,
         } => {
             assert_eq!(*block_size, VBS);
+            // Unsalted requests: no extra keys on any block.
+            assert_eq!(extra_keys, &vec![None; block_hashes.len()]);
             assert_eq!(token_ids.len(), block_hashes.len() * VBS);
             let toks = if block_hashes.len() == 1 {
                 token_ids.clone()
@@ -785,6 +835,7 @@ fn replays_vllm_capture_events_in_order() {
                 num_computed_tokens: 0,
                 num_new_tokens: prompt.len() - hit.num_tokens,
                 watermark_blocks: 0,
+                cache_salt: None,
             };
             p.allocate_slots(&req, &hit).unwrap();
             if !skip_lookup {
@@ -817,6 +868,7 @@ fn replays_vllm_capture_events_in_order() {
                     num_computed_tokens: tokens.len() - 1,
                     num_new_tokens: 1,
                     watermark_blocks: 0,
+                    cache_salt: None,
                 };
                 p.allocate_slots(&req, &CacheHit::none()).unwrap();
                 check(&mut p, &mut pos, tag);

@@ -183,7 +183,8 @@ pub struct Request {
     /// The sampler's seed.
     pub seed: u64,
     /// `cache_salt`: added to the first block's extra keys (`("cache_salt", salt)`), as vLLM
-    /// does, so requests with different salts (or none) never share cached blocks.
+    /// does, so requests with different salts (or none) never share cached blocks; KV events
+    /// publish it as the first block's `extra_keys` (`[salt]`).
     pub cache_salt: Option<String>,
 }
 
@@ -646,6 +647,7 @@ impl Scheduler {
                     num_computed_tokens: st.num_computed,
                     num_new_tokens: n,
                     watermark_blocks: 0,
+                    cache_salt: st.req.cache_salt.as_deref(),
                 };
                 if self.pool.allocate_slots(&slot, &CacheHit::none()).is_ok() {
                     break true;
@@ -699,6 +701,7 @@ impl Scheduler {
                     num_computed_tokens: 0,
                     num_new_tokens: n,
                     watermark_blocks: 0,
+                    cache_salt: st.req.cache_salt.as_deref(),
                 };
                 if self.pool.allocate_slots(&slot, &hit).is_err() {
                     break;

@@ -19,7 +19,7 @@
 //!   digest as msgpack bin.
 
 use crate::engine::block_pool::{BlockHash, KvCacheEvent};
-use inferrail_shards::block_hash::as_event_int;
+use inferrail_shards::block_hash::{as_event_int, ExtraKey};
 
 /// A minimal msgpack writer producing msgspec's encoding of each value.
 #[derive(Debug, Default, Clone)]
@@ -201,6 +201,19 @@ pub enum Value {
     Array(Vec<Value>),
 }
 
+impl From<&ExtraKey> for Value {
+    /// The msgpack form of a hash extra key (`str`, `int`, `bytes`, nested `tuple`s, `None`).
+    fn from(k: &ExtraKey) -> Self {
+        match k {
+            ExtraKey::None => Value::Nil,
+            ExtraKey::Int(i) => Value::Int(*i),
+            ExtraKey::Str(s) => Value::Str(s.clone()),
+            ExtraKey::Bytes(b) => Value::Bytes(b.clone()),
+            ExtraKey::Tuple(items) => Value::Array(items.iter().map(Value::from).collect()),
+        }
+    }
+}
+
 impl Value {
     /// Writes the value.
     pub fn encode(&self, w: &mut Writer) {
@@ -355,8 +368,8 @@ impl Default for EventMeta {
 }
 
 impl WireEvent {
-    /// The wire form of a block pool event. `extra_keys` is one `None` per block, as vLLM
-    /// writes for blocks hashed without extra keys.
+    /// The wire form of a block pool event. `extra_keys` is the engine's, one entry per block
+    /// (`None` for a block without extra keys, `[salt]` for a salted request's first block).
     pub fn from_engine(ev: &KvCacheEvent, meta: &EventMeta) -> Self {
         let conv = |hs: &[BlockHash]| {
             hs.iter()
@@ -369,6 +382,7 @@ impl WireEvent {
                 parent_block_hash,
                 token_ids,
                 block_size,
+                extra_keys,
             } => WireEvent::BlockStored(BlockStored {
                 block_hashes: conv(block_hashes),
                 parent_block_hash: parent_block_hash
@@ -379,7 +393,12 @@ impl WireEvent {
                 lora_id: meta.lora_id,
                 medium: meta.medium.clone(),
                 lora_name: meta.lora_name.clone(),
-                extra_keys: Some(vec![None; block_hashes.len()]),
+                extra_keys: Some(
+                    extra_keys
+                        .iter()
+                        .map(|k| k.as_ref().map(|ks| ks.iter().map(Value::from).collect()))
+                        .collect(),
+                ),
                 group_idx: meta.group_idx,
                 kv_cache_spec_kind: meta.kv_cache_spec_kind.clone(),
                 kv_cache_spec_sliding_window: None,

@@ -21,15 +21,18 @@
 //! the prompt-token counters. They still have setters so an engine that models them can.
 //!
 //! Omitted: `python_gc_*` and `python_info` (no Python runtime to report; faking them would be
-//! lying) and prometheus-fastapi-instrumentator's `http_*` families (HTTP layer, not engine; left
-//! for the HTTP server). The `process_*` families are rendered only from real numbers the caller
+//! lying). prometheus-fastapi-instrumentator's `http_*` families (HTTP layer, not engine) come
+//! from [`http::HttpMetrics`], which the server records and appends after the `vllm:` families,
+//! where vLLM's page has them. The `process_*` families are rendered only from real numbers the caller
 //! reads (see [`ProcessStats`] and [`VllmMetrics::render_with_process`]).
 
+pub mod http;
 pub mod parse;
 pub mod text;
 
 use std::collections::BTreeMap;
 
+pub use http::{HttpMetrics, HttpRequest};
 pub use text::{go_float, py_float_repr, Histogram};
 
 /// The `Content-Type` vLLM's `/metrics` answers with.

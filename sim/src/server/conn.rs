@@ -118,6 +118,9 @@ pub(crate) struct Writer {
     wr: OwnedWriteHalf<TcpStream>,
     /// Bytes of the next write.
     pub(crate) out: Vec<u8>,
+    /// Status and `Content-Length` (0 for a chunked stream) of the response last started here,
+    /// for the `http_*` metrics.
+    pub(crate) started: Option<(u16, u64)>,
 }
 
 impl Writer {
@@ -125,6 +128,7 @@ impl Writer {
         Writer {
             wr,
             out: Vec::with_capacity(4096),
+            started: None,
         }
     }
 

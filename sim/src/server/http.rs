@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::Poll;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use inferrail_shards::builtin::BuiltinTokenizer;
 use inferrail_wire::headers::is_valid_request_id;
@@ -25,12 +26,14 @@ use crate::openai::{
     CompletionRequest, Generated, ModelCard, PromptInput, ResponseMeta, Route, StreamWriter, Usage,
     CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY, VERSION_BODY,
 };
-use crate::prom::ProcessStats;
+use crate::prom::{HttpMetrics, HttpRequest, ProcessStats};
 
 /// What every handler on the server thread shares.
 pub(crate) struct Ctx {
     pub(crate) core: Rc<RefCell<Core>>,
     pub(crate) clock: RefCell<Clock>,
+    /// prometheus-fastapi-instrumentator's `http_*` families, appended to `/metrics`.
+    pub(crate) http_metrics: RefCell<HttpMetrics>,
     pub(crate) server: openai::ServerInfo,
     pub(crate) fingerprint: String,
     pub(crate) prompt_tokens_details: bool,
@@ -103,7 +106,9 @@ fn push_status_date(out: &mut Vec<u8>, ctx: &Ctx, status: u16) {
     push_header(out, b"server", b"uvicorn");
 }
 
-fn push_full(out: &mut Vec<u8>, ctx: &Ctx, r: &Resp<'_>) {
+fn push_full(io: &mut Writer, ctx: &Ctx, r: &Resp<'_>) {
+    io.started = Some((r.status, r.body.len() as u64));
+    let out = &mut io.out;
     push_status_date(out, ctx, r.status);
     if let Some(a) = r.allow {
         push_header(out, b"allow", a.as_bytes());
@@ -123,7 +128,9 @@ fn push_full(out: &mut Vec<u8>, ctx: &Ctx, r: &Resp<'_>) {
     out.extend_from_slice(r.body);
 }
 
-fn push_stream_head(out: &mut Vec<u8>, ctx: &Ctx, rid: Option<&str>, close: bool) {
+fn push_stream_head(io: &mut Writer, ctx: &Ctx, rid: Option<&str>, close: bool) {
+    io.started = Some((200, 0));
+    let out = &mut io.out;
     push_status_date(out, ctx, 200);
     push_header(out, b"content-type", CONTENT_TYPE_SSE.as_bytes());
     push_header(out, b"vary", b"Origin");
@@ -159,7 +166,7 @@ pub(crate) async fn serve(ctx: &Ctx, conn: &Conn, wr: OwnedWriteHalf<TcpStream>)
             NextHead::Bad(status) => {
                 let body = format!("{{\"detail\":\"{}\"}}", reason(status));
                 push_full(
-                    &mut io.out,
+                    &mut io,
                     ctx,
                     &Resp {
                         status,
@@ -194,7 +201,7 @@ async fn simple(
 ) -> bool {
     let rid = header_rid(ctx, head);
     push_full(
-        &mut io.out,
+        io,
         ctx,
         &Resp {
             status,
@@ -224,6 +231,8 @@ async fn error(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead, e: &
 
 /// Answers one request; returns whether the connection may serve another.
 async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> bool {
+    let start = Instant::now();
+    io.started = None;
     if head.expect_continue
         && !matches!(head.framing, inferrail_wire::BodyFraming::Length(0))
         && conn.inbox.borrow().is_empty()
@@ -244,7 +253,7 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
             };
             let body = format!("{{\"detail\":\"{}\"}}", reason(status));
             push_full(
-                &mut io.out,
+                io,
                 ctx,
                 &Resp {
                     status,
@@ -266,10 +275,80 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
         _ => "OTHER",
     };
     let path = String::from_utf8_lossy(head.path()).into_owned();
-    let route = match openai::route(method, &path) {
-        Ok(r) => r,
-        Err(e) => return error(ctx, conn, io, head, &e).await,
+    let routed = openai::route(method, &path);
+    let template = routed.as_ref().ok().map(|r| route_template(*r));
+    let keep = match routed {
+        Ok(route) => respond(ctx, conn, io, head, route, &body).await,
+        Err(e) => error(ctx, conn, io, head, &e).await,
     };
+    record_http(ctx, io, head, template, &path, start);
+    keep
+}
+
+/// FastAPI's route template (the instrumentator's `handler`) of a route.
+fn route_template(route: Route) -> &'static str {
+    match route {
+        Route::ChatCompletions => "/v1/chat/completions",
+        Route::Completions => "/v1/completions",
+        Route::Models => "/v1/models",
+        Route::Health => "/health",
+        Route::Version => "/version",
+        Route::Metrics => "/metrics",
+        Route::ResetPrefixCache => "/reset_prefix_cache",
+        Route::Tokenize => "/tokenize",
+        Route::Detokenize => "/detokenize",
+        Route::Ping => "/ping",
+        Route::Load => "/load",
+        Route::KvEventSources => "/kv_event_sources",
+    }
+}
+
+/// Records one answered request in the `http_*` metrics as prometheus-fastapi-instrumentator
+/// does: from the request reaching the app (head parsed) to the end of the response; sizes
+/// from the `Content-Length` headers (0 when absent: chunked requests, streamed responses);
+/// status 500 when no response was started (the client left first), the instrumentator's
+/// default (unverified against vLLM's cancellation path).
+fn record_http(
+    ctx: &Ctx,
+    io: &Writer,
+    head: &RequestHead,
+    route: Option<&str>,
+    path: &str,
+    start: Instant,
+) {
+    let raw_method = head.bytes.split(|b| *b == b' ').next().unwrap_or(b"");
+    let method = String::from_utf8_lossy(raw_method);
+    let request_size = head
+        .header("content-length")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let (status, response_size) = io.started.unwrap_or((500, 0));
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    ctx.http_metrics.borrow_mut().observe(&HttpRequest {
+        route,
+        path,
+        method: &method,
+        status,
+        request_size,
+        response_size,
+        duration: start.elapsed().as_secs_f64(),
+        now_unix,
+    });
+}
+
+/// Answers a routed request; returns whether the connection may serve another.
+async fn respond(
+    ctx: &Ctx,
+    conn: &Conn,
+    io: &mut Writer,
+    head: &RequestHead,
+    route: Route,
+    body: &[u8],
+) -> bool {
     match route {
         Route::Health | Route::Ping => simple(ctx, conn, io, head, 200, None, None, b"").await,
         Route::Load => {
@@ -284,7 +363,7 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
             let ct = Some(CONTENT_TYPE_JSON);
             simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
         }
-        Route::Detokenize => match parse_detokenize(&body, &ctx.server) {
+        Route::Detokenize => match parse_detokenize(body, &ctx.server) {
             Ok(ids) => {
                 let text = BuiltinTokenizer::new().decode_with_special(&ids);
                 let b = detokenize_body(&text);
@@ -298,10 +377,11 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
             simple(ctx, conn, io, head, 200, None, Some(CONTENT_TYPE_JSON), b).await
         }
         Route::Metrics => {
-            let text = match read_process_stats() {
+            let mut text = match read_process_stats() {
                 Some(p) => ctx.core.borrow().metrics.render_with_process(&p),
                 None => ctx.core.borrow().metrics.render(),
             };
+            ctx.http_metrics.borrow().render_into(&mut text);
             let ct = Some(crate::prom::CONTENT_TYPE);
             simple(ctx, conn, io, head, 200, None, ct, text.as_bytes()).await
         }
@@ -334,15 +414,15 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
                 error(ctx, conn, io, head, &e).await
             }
         }
-        Route::Tokenize => match tokenize(ctx, &body) {
+        Route::Tokenize => match tokenize(ctx, body) {
             Ok(b) => {
                 let ct = Some(CONTENT_TYPE_JSON);
                 simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
             }
             Err(e) => error(ctx, conn, io, head, &e).await,
         },
-        Route::ChatCompletions => completion(ctx, conn, io, head, Api::Chat, &body).await,
-        Route::Completions => completion(ctx, conn, io, head, Api::Completions, &body).await,
+        Route::ChatCompletions => completion(ctx, conn, io, head, Api::Chat, body).await,
+        Route::Completions => completion(ctx, conn, io, head, Api::Completions, body).await,
     }
 }
 
@@ -609,7 +689,7 @@ async fn completion(
     }
 
     // Streaming: the head at once, the first events with the first token, one write per event.
-    push_stream_head(&mut io.out, ctx, rid.as_deref(), head.close);
+    push_stream_head(io, ctx, rid.as_deref(), head.close);
     if io.flush(conn).await.is_err() {
         return false;
     }

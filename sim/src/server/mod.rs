@@ -19,7 +19,8 @@
 //!   32 random hex digits. Default off, as in the vLLM captures.
 //! - **`cache_salt`** (non-empty, else 400 as vLLM) goes into the first block's hash as the
 //!   extra key `("cache_salt", salt)`, so different salts (or none) never share cached blocks;
-//!   the hashes equal vLLM's. KV events still publish `extra_keys` as all `None`.
+//!   the hashes equal vLLM's. KV events publish the bare salt as the first block's `extra_keys`
+//!   (`["abc"]`, later blocks `None`), as vLLM does.
 //! - **Keep-alive** as uvicorn: `Connection: close` is answered with `connection: close` and the
 //!   socket closed after the body; an idle keep-alive connection is closed after 5 s.
 //! - **Stop strings** end the text before the match (`finish_reason: stop`,
@@ -434,6 +435,7 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: 
         ctx: http::Ctx {
             core: core.clone(),
             clock: RefCell::new(conn::Clock::new()),
+            http_metrics: RefCell::new(crate::prom::HttpMetrics::new(created)),
             server: ServerInfo {
                 served_model_names: opts.served_model_name.clone(),
                 max_model_len: opts.max_model_len as u32,
