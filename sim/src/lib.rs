@@ -14,6 +14,7 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+mod clock;
 pub mod engine;
 pub mod kv_events;
 pub mod openai;

@@ -22,10 +22,10 @@ use monoio::io::{
 };
 use monoio::net::TcpStream;
 
-use super::clock::Clock;
 use super::exchange::serve;
 use super::shared::Shared;
 use super::types::Behavior;
+use crate::clock::Clock;
 
 /// Largest request head accepted (431 beyond).
 const MAX_HEAD: usize = 64 * 1024;

@@ -9,13 +9,13 @@ use inferrail_wire::{BodyFraming, Method, RequestHead};
 use monoio::io::OwnedWriteHalf;
 use monoio::net::TcpStream;
 
-use super::clock::Clock;
 use super::conn::{
     after, next_head, pause, read_body, BodyError, Conn, Gone, Local, NextHead, Writer,
 };
 use super::framing;
 use super::respond::{self, Api, Completion, Framing, Head};
 use super::types::{Behavior, ReceivedRequest};
+use crate::clock::Clock;
 
 /// The `x-request-id` to send back: the client's when valid, else 32 random hex digits.
 fn request_id(head: &RequestHead, clock: &mut Clock) -> (Vec<u8>, bool) {

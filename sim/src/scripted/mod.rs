@@ -9,7 +9,6 @@
 //! - `respond`: response bytes; `framing`: is a raw response well framed; `clock`: dates and ids.
 //! - `shared`: state shared between the engine thread and the handle.
 
-mod clock;
 mod conn;
 mod engine;
 mod exchange;

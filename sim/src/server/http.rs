@@ -18,8 +18,9 @@ use monoio::io::OwnedWriteHalf;
 use monoio::net::TcpStream;
 use serde_json::Value;
 
-use super::conn::{next_head, read_body, BodyError, Clock, Conn, NextHead, Writer};
+use super::conn::{next_head, read_body, BodyError, Conn, NextHead, Writer};
 use super::core::{Core, Done, Ev, Slot, Submit};
+use crate::clock::Clock;
 use crate::openai::{
     self, check_prompt_len, completion_body, detokenize_body, kv_event_sources_body, load_body,
     models_body, parse_detokenize, parse_request, response_id, Api, ApiError, ChatMessage,

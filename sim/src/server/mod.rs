@@ -434,7 +434,7 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: 
     let local = Rc::new(Local {
         ctx: http::Ctx {
             core: core.clone(),
-            clock: RefCell::new(conn::Clock::new()),
+            clock: RefCell::new(crate::clock::Clock::new()),
             http_metrics: RefCell::new(crate::prom::HttpMetrics::new(created)),
             server: ServerInfo {
                 served_model_names: opts.served_model_name.clone(),

@@ -93,6 +93,14 @@ impl Clock {
         z ^ (z >> 31)
     }
 
+    /// `digits` (at most 32) lowercase random hex digits as a string.
+    pub(crate) fn hex(&mut self, digits: usize) -> String {
+        let mut out = Vec::with_capacity(digits);
+        self.push_hex(&mut out, digits);
+        // Only ASCII hex digits were pushed.
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     /// Appends `digits` lowercase hex digits of randomness (at most 32).
     pub(crate) fn push_hex(&mut self, out: &mut Vec<u8>, digits: usize) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
