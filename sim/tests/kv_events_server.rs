@@ -9,7 +9,7 @@ mod zmtp;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{exchange, post};
+use common::{exchange, get, post};
 use inferrail_shards::block_hash::{as_event_int, prompt_block_hashes};
 use inferrail_shards::builtin::BuiltinTokenizer;
 use inferrail_sim::kv_events::{KvEventsConfig, END_SEQ};
@@ -394,6 +394,35 @@ fn kv_events_off_by_default_and_with_null_publisher() {
     let s2 = SimServer::start(o).unwrap();
     assert!(s2.kv_events().is_none());
     chat(s2.addr(), "hello there");
+    // Neither lists a source.
+    for addr in [s.addr(), s2.addr()] {
+        let r = exchange(addr, &get("/kv_event_sources"));
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.body, b"{}");
+    }
+}
+
+#[test]
+fn kv_event_sources_lists_the_configured_publisher() {
+    let mut o = SimOptions::new("tiny");
+    o.zero_latency = true;
+    o.kv_events_config = Some(
+        KvEventsConfig::parse(
+            r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:0",
+                "replay_endpoint": "tcp://127.0.0.1:0", "topic": "kv"}"#,
+        )
+        .unwrap(),
+    );
+    let server = SimServer::start(o).expect("start");
+    let r = exchange(server.addr(), &get("/kv_event_sources"));
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["0"]["enable_kv_cache_events"], true);
+    assert_eq!(v["0"]["publisher"], "zmq");
+    assert_eq!(v["0"]["endpoint"], "tcp://*:0");
+    assert_eq!(v["0"]["replay_endpoint"], "tcp://127.0.0.1:0");
+    assert_eq!(v["0"]["topic"], "kv");
+    assert_eq!(v.as_object().unwrap().len(), 1);
 }
 
 #[test]

@@ -22,10 +22,10 @@ use super::conn::{next_head, read_body, BodyError, Conn, NextHead, Writer};
 use super::core::{Core, Done, Ev, Slot, Submit};
 use crate::clock::Clock;
 use crate::openai::{
-    self, check_prompt_len, completion_body, detokenize_body, kv_event_sources_body, load_body,
-    models_body, parse_detokenize, parse_request, response_id, Api, ApiError, ChatMessage,
-    CompletionRequest, Generated, ModelCard, PromptInput, ResponseMeta, Route, StreamWriter, Usage,
-    CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY, VERSION_BODY,
+    self, check_prompt_len, completion_body, detokenize_body, load_body, models_body,
+    parse_detokenize, parse_request, response_id, Api, ApiError, ChatMessage, CompletionRequest,
+    Generated, ModelCard, PromptInput, ResponseMeta, Route, StreamWriter, Usage, CONTENT_TYPE_JSON,
+    CONTENT_TYPE_SSE, RESET_PREFIX_CACHE_BODY, VERSION_BODY,
 };
 use crate::prom::{HttpMetrics, HttpRequest, ProcessStats};
 
@@ -40,6 +40,8 @@ pub(crate) struct Ctx {
     pub(crate) prompt_tokens_details: bool,
     pub(crate) request_id_headers: bool,
     pub(crate) seed: u64,
+    /// The `/kv_event_sources` body, built once from the KV events config (`{}` when off).
+    pub(crate) kv_event_sources: String,
 }
 
 /// The deterministic chat template (documented on [`super`]).
@@ -359,10 +361,9 @@ async fn respond(
             simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
         }
         Route::KvEventSources => {
-            // The engine publishes no KV events over ZMQ yet: vLLM then lists no source.
-            let b = kv_event_sources_body(&[]);
             let ct = Some(CONTENT_TYPE_JSON);
-            simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+            let b = ctx.kv_event_sources.as_bytes();
+            simple(ctx, conn, io, head, 200, None, ct, b).await
         }
         Route::Detokenize => match parse_detokenize(body, &ctx.server) {
             Ok(ids) => {

@@ -444,6 +444,7 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: 
             prompt_tokens_details: opts.enable_prompt_tokens_details,
             request_id_headers: opts.enable_request_id_headers,
             seed: opts.seed,
+            kv_event_sources: kv_event_sources(opts.kv_events_config.as_ref()),
         },
         conns: RefCell::new(std::collections::HashMap::new()),
         next_conn: std::cell::Cell::new(0),
@@ -475,4 +476,24 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: 
         c.wake();
     }
     engine.await;
+}
+
+/// The `/kv_event_sources` body vLLM serves: rank 0's KV events config when it publishes over
+/// ZMQ, `{}` otherwise.
+fn kv_event_sources(config: Option<&crate::kv_events::KvEventsConfig>) -> String {
+    let sources: Vec<crate::openai::KvEventSource<'_>> = config
+        .filter(|c| c.publishes())
+        .map(|c| crate::openai::KvEventSource {
+            rank: 0,
+            publisher: c.publisher_kind(),
+            endpoint: &c.endpoint,
+            replay_endpoint: c.replay_endpoint.as_deref(),
+            buffer_steps: c.buffer_steps as u64,
+            hwm: c.hwm as u64,
+            max_queue_size: c.max_queue_size as u64,
+            topic: &c.topic,
+        })
+        .into_iter()
+        .collect();
+    crate::openai::kv_event_sources_body(&sources)
 }
