@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod client;
 pub mod demo;
+pub mod engine_load;
 pub mod gateway;
 
 pub use gateway::{Gateway, GatewayError};
