@@ -5,106 +5,21 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+mod zmtp;
+
 use inferrail_sim::kv_events::{KvEventBatch, KvEventPublisher, PublisherConfig, WireEvent};
+use zmtp::{frame, Zmtp};
 
-/// A minimal ZMTP 3.0 SUB socket over one TCP connection.
-struct Sub {
-    s: TcpStream,
-}
-
-fn frame(out: &mut Vec<u8>, body: &[u8], more: bool, command: bool) {
-    let flags = u8::from(more) | if command { 4 } else { 0 };
-    if body.len() > 255 {
-        out.push(flags | 2);
-        out.extend_from_slice(&(body.len() as u64).to_be_bytes());
-    } else {
-        out.push(flags);
-        out.push(body.len() as u8);
-    }
-    out.extend_from_slice(body);
-}
+/// A SUB client for the PUB socket under test.
+struct Sub;
 
 impl Sub {
-    fn handshake(mut s: TcpStream) -> Sub {
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut g = [0u8; 64];
-        g[0] = 0xff;
-        g[9] = 0x7f;
-        g[10] = 3;
-        g[12..16].copy_from_slice(b"NULL");
-        s.write_all(&g).unwrap();
-        let mut peer = [0u8; 64];
-        s.read_exact(&mut peer).unwrap();
-        assert_eq!((peer[0], peer[9], peer[10]), (0xff, 0x7f, 3));
-        assert_eq!(&peer[12..16], b"NULL");
-        let mut ready = vec![5];
-        ready.extend_from_slice(b"READY");
-        ready.push(11);
-        ready.extend_from_slice(b"Socket-Type");
-        ready.extend_from_slice(&3u32.to_be_bytes());
-        ready.extend_from_slice(b"SUB");
-        let mut out = Vec::new();
-        frame(&mut out, &ready, false, true);
-        s.write_all(&out).unwrap();
-        let mut sub = Sub { s };
-        let (more, command, body) = sub.read_frame();
-        assert!(!more && command);
-        assert_eq!(&body[..6], b"\x05READY");
-        let type_prop = b"\x0bSocket-Type\x00\x00\x00\x03PUB";
-        assert!(body.windows(type_prop.len()).any(|w| w == type_prop));
-        sub
+    fn handshake(s: TcpStream) -> Zmtp {
+        Zmtp::handshake(s, "SUB", "PUB")
     }
 
-    fn connect(addr: SocketAddr) -> Sub {
-        Sub::handshake(TcpStream::connect(addr).unwrap())
-    }
-
-    /// ZMTP 3.0 subscription message.
-    fn subscribe(&mut self, topic: &[u8]) {
-        let mut out = Vec::new();
-        frame(&mut out, &[&[1u8][..], topic].concat(), false, false);
-        self.s.write_all(&out).unwrap();
-    }
-
-    /// ZMTP 3.1 SUBSCRIBE command.
-    fn subscribe_command(&mut self, topic: &[u8]) {
-        let mut out = Vec::new();
-        frame(
-            &mut out,
-            &[&b"\x09SUBSCRIBE"[..], topic].concat(),
-            false,
-            true,
-        );
-        self.s.write_all(&out).unwrap();
-    }
-
-    fn read_frame(&mut self) -> (bool, bool, Vec<u8>) {
-        let mut f = [0u8; 1];
-        self.s.read_exact(&mut f).unwrap();
-        let len = if f[0] & 2 != 0 {
-            let mut b = [0u8; 8];
-            self.s.read_exact(&mut b).unwrap();
-            u64::from_be_bytes(b) as usize
-        } else {
-            let mut b = [0u8; 1];
-            self.s.read_exact(&mut b).unwrap();
-            b[0] as usize
-        };
-        let mut body = vec![0u8; len];
-        self.s.read_exact(&mut body).unwrap();
-        (f[0] & 1 != 0, f[0] & 4 != 0, body)
-    }
-
-    fn recv(&mut self) -> Vec<Vec<u8>> {
-        let mut frames = Vec::new();
-        loop {
-            let (more, command, body) = self.read_frame();
-            assert!(!command);
-            frames.push(body);
-            if !more {
-                return frames;
-            }
-        }
+    fn connect(addr: SocketAddr) -> Zmtp {
+        Zmtp::connect(addr, "SUB", "PUB")
     }
 }
 

@@ -48,7 +48,11 @@ pub fn container(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
 impl Zmtp {
     /// Connects as `own` and checks the peer announces `peer`.
     pub fn connect(addr: SocketAddr, own: &str, peer: &str) -> Zmtp {
-        let mut s = TcpStream::connect(addr).unwrap();
+        Zmtp::handshake(TcpStream::connect(addr).unwrap(), own, peer)
+    }
+
+    /// Runs the ZMTP handshake on an established connection (either side may have dialled).
+    pub fn handshake(mut s: TcpStream, own: &str, peer: &str) -> Zmtp {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut g = [0u8; 64];
         g[0] = 0xff;
@@ -86,6 +90,18 @@ impl Zmtp {
     pub fn subscribe(&mut self, topic: &[u8]) {
         let mut out = Vec::new();
         frame(&mut out, &[&[1u8][..], topic].concat(), false, false);
+        self.s.write_all(&out).unwrap();
+    }
+
+    /// ZMTP 3.1 SUBSCRIBE command.
+    pub fn subscribe_command(&mut self, topic: &[u8]) {
+        let mut out = Vec::new();
+        frame(
+            &mut out,
+            &[&b"\x09SUBSCRIBE"[..], topic].concat(),
+            false,
+            true,
+        );
         self.s.write_all(&out).unwrap();
     }
 
