@@ -221,7 +221,7 @@ impl CoreContext {
     /// replica with room was tried already.
     pub fn candidates(&self, snap: &Snapshot, model: usize, tried: &[usize]) -> Vec<Candidate> {
         let replicas = self.replicas.borrow();
-        let with_room: Vec<Candidate> = snap.models[model]
+        let mut candidates: Vec<Candidate> = snap.models[model]
             .replicas
             .iter()
             .filter_map(|&i| {
@@ -233,16 +233,10 @@ impl CoreContext {
                 })
             })
             .collect();
-        let untried: Vec<Candidate> = with_room
-            .iter()
-            .filter(|c| !tried.contains(&c.replica))
-            .copied()
-            .collect();
-        if untried.is_empty() {
-            with_room
-        } else {
-            untried
+        if candidates.iter().any(|c| !tried.contains(&c.replica)) {
+            candidates.retain(|c| !tried.contains(&c.replica));
         }
+        candidates
     }
 
     /// Asks `model`'s policy to choose among `candidates` (non-empty); returns the replica index.
