@@ -17,7 +17,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::Client;
+use common::{parse_raw, Client, Raw};
 use inferrail_shards::block_hash::as_event_int;
 use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
 use inferrail_sim::kv_events::{EventMeta, KvEventBatch};
@@ -51,75 +51,6 @@ fn server(request_id_headers: bool) -> SimServer {
     o.enable_prefix_caching = true;
     o.enable_request_id_headers = request_id_headers;
     SimServer::start(o).expect("start")
-}
-
-/// Status line, headers and de-chunked body (with the chunk payloads) of raw response bytes.
-struct Raw {
-    status_line: String,
-    headers: Vec<(String, String)>,
-    chunks: Vec<Vec<u8>>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-    fn names(&self) -> Vec<&str> {
-        self.headers.iter().map(|(n, _)| n.as_str()).collect()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("JSON body")
-    }
-}
-
-fn parse_raw(raw: &[u8]) -> Raw {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of head");
-    let head = std::str::from_utf8(&raw[..end]).expect("ASCII head");
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap().to_owned();
-    let headers: Vec<(String, String)> = lines
-        .map(|l| {
-            let (n, v) = l.split_once(": ").expect("header line");
-            (n.to_owned(), v.to_owned())
-        })
-        .collect();
-    let rest = &raw[end + 4..];
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
-    if !chunked {
-        return Raw {
-            status_line,
-            headers,
-            chunks: Vec::new(),
-            body: rest.to_vec(),
-        };
-    }
-    let (mut chunks, mut body, mut p) = (Vec::new(), Vec::new(), 0);
-    loop {
-        let eol = p + rest[p..].windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&rest[p..eol]).unwrap(), 16).unwrap();
-        p = eol + 2;
-        if size == 0 {
-            break;
-        }
-        chunks.push(rest[p..p + size].to_vec());
-        body.extend_from_slice(&rest[p..p + size]);
-        p += size + 2;
-    }
-    Raw {
-        status_line,
-        headers,
-        chunks,
-        body,
-    }
 }
 
 /// The object keys of a JSON text, in textual order (nested ones included).
@@ -412,7 +343,7 @@ fn keep_alive_reuse_and_idle_close() {
 // ---------------------------------------------------------------- --enable-request-id-headers
 
 fn chunk_ids(r: &Raw) -> Vec<String> {
-    r.chunks
+    r.chunk_payloads()
         .iter()
         .map(|c| std::str::from_utf8(c).unwrap())
         .filter(|c| *c != "data: [DONE]\n\n")
@@ -448,7 +379,11 @@ fn request_id_headers_as_captured() {
     let (got, want) = replay(&srv, "29_chat_stream_x_request_id");
     assert_same_head("29", &got, &want);
     assert_eq!(got.header("x-request-id"), Some("ref-req-0003"));
-    assert_eq!(got.chunks.len(), want.chunks.len(), "one chunk per event");
+    assert_eq!(
+        got.chunk_payloads().len(),
+        want.chunk_payloads().len(),
+        "one chunk per event"
+    );
     let ids = chunk_ids(&got);
     assert!(!ids.is_empty());
     assert!(ids.iter().all(|i| i == "chatcmpl-ref-req-0003"), "{ids:?}");

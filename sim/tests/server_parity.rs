@@ -19,7 +19,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::Client;
+use common::{parse_raw, Client, Raw};
 use inferrail_sim::openai::{kv_event_sources_body, KvEventSource};
 use inferrail_sim::server::{SimOptions, SimServer};
 
@@ -45,69 +45,6 @@ fn capture_server() -> SimServer {
     o.enable_prompt_tokens_details = true;
     o.enable_prefix_caching = true;
     SimServer::start(o).expect("start")
-}
-
-// ---------------------------------------------------------------- raw HTTP response parsing
-
-struct Raw {
-    status_line: String,
-    headers: Vec<(String, String)>,
-    /// HTTP chunk payloads (streams), without the terminator.
-    chunks: Option<Vec<Vec<u8>>>,
-    body: Vec<u8>,
-}
-
-fn parse_raw(raw: &[u8]) -> Raw {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of head");
-    let head = std::str::from_utf8(&raw[..end]).expect("ASCII head");
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap().to_owned();
-    let headers: Vec<(String, String)> = lines
-        .map(|l| {
-            let (n, v) = l.split_once(": ").expect("header line");
-            (n.to_owned(), v.to_owned())
-        })
-        .collect();
-    let rest = &raw[end + 4..];
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
-    if !chunked {
-        return Raw {
-            status_line,
-            headers,
-            chunks: None,
-            body: rest.to_vec(),
-        };
-    }
-    let mut chunks = Vec::new();
-    let mut body = Vec::new();
-    let mut p = 0;
-    loop {
-        let eol = p + rest[p..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size = usize::from_str_radix(std::str::from_utf8(&rest[p..eol]).unwrap(), 16).unwrap();
-        p = eol + 2;
-        if size == 0 {
-            assert_eq!(&rest[p..], b"\r\n", "terminator ends the body");
-            break;
-        }
-        chunks.push(rest[p..p + size].to_vec());
-        body.extend_from_slice(&rest[p..p + size]);
-        assert_eq!(&rest[p + size..p + size + 2], b"\r\n");
-        p += size + 2;
-    }
-    Raw {
-        status_line,
-        headers,
-        chunks: Some(chunks),
-        body,
-    }
 }
 
 // ---------------------------------------------------------------- ordered JSON and its shape

@@ -190,3 +190,91 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Status line, headers and de-chunked body of raw response bytes, as the capture tests compare them.
+pub struct Raw {
+    pub status_line: String,
+    pub headers: Vec<(String, String)>,
+    /// HTTP chunk payloads (streams), without the terminator.
+    pub chunks: Option<Vec<Vec<u8>>>,
+    pub body: Vec<u8>,
+}
+
+/// Splits raw response bytes into a [`Raw`], checking the chunked framing.
+pub fn parse_raw(raw: &[u8]) -> Raw {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of head");
+    let head = std::str::from_utf8(&raw[..end]).expect("ASCII head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap().to_owned();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(": ").expect("header line");
+            (n.to_owned(), v.to_owned())
+        })
+        .collect();
+    let rest = &raw[end + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
+    if !chunked {
+        return Raw {
+            status_line,
+            headers,
+            chunks: None,
+            body: rest.to_vec(),
+        };
+    }
+    let mut chunks = Vec::new();
+    let mut body = Vec::new();
+    let mut p = 0;
+    loop {
+        let eol = p + rest[p..]
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[p..eol]).unwrap(), 16).unwrap();
+        p = eol + 2;
+        if size == 0 {
+            assert_eq!(&rest[p..], b"\r\n", "terminator ends the body");
+            break;
+        }
+        chunks.push(rest[p..p + size].to_vec());
+        body.extend_from_slice(&rest[p..p + size]);
+        assert_eq!(&rest[p + size..p + size + 2], b"\r\n");
+        p += size + 2;
+    }
+    Raw {
+        status_line,
+        headers,
+        chunks: Some(chunks),
+        body,
+    }
+}
+
+impl Raw {
+    /// The first header named exactly `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Header names in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.headers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The body parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+
+    /// The HTTP chunk payloads (empty when the body was not chunked).
+    pub fn chunk_payloads(&self) -> &[Vec<u8>] {
+        self.chunks.as_deref().unwrap_or(&[])
+    }
+}
