@@ -5,6 +5,9 @@
 //! line per message, `ts` kept as Python's `repr` so it parses back to the same float).
 
 mod kv_capture;
+mod zmtp;
+
+use zmtp::container;
 
 use inferrail_shards::block_hash::{prompt_block_hashes, NONE_HASH};
 use inferrail_sim::engine::block_pool::KvCacheEvent;
@@ -15,30 +18,9 @@ use kv_capture::typed_batches;
 
 const FRAMES: &[u8] = include_bytes!("fixtures/kv_events/frames.bin");
 
-fn messages() -> Vec<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    let u32be = |at: &mut usize| {
-        let v = u32::from_be_bytes(FRAMES[*at..*at + 4].try_into().unwrap()) as usize;
-        *at += 4;
-        v
-    };
-    while at < FRAMES.len() {
-        let n = u32be(&mut at);
-        let mut frames = Vec::new();
-        for _ in 0..n {
-            let len = u32be(&mut at);
-            frames.push(FRAMES[at..at + len].to_vec());
-            at += len;
-        }
-        out.push(frames);
-    }
-    out
-}
-
 #[test]
 fn kv_events_every_captured_batch_reencodes_byte_for_byte() {
-    let msgs = messages();
+    let msgs = container(FRAMES);
     let typed = typed_batches();
     assert_eq!(msgs.len(), 14);
     assert_eq!(typed.len(), msgs.len());
@@ -84,7 +66,7 @@ fn kv_events_engine_events_match_the_capture() {
     }];
     let ours = KvEventBatch::from_engine(first.ts, &engine_events, Some(0), &EventMeta::default());
     assert_eq!(&ours, first);
-    assert_eq!(ours.encode(), messages()[0][2]);
+    assert_eq!(ours.encode(), container(FRAMES)[0][2]);
 
     // BlockRemoved and AllBlocksCleared, with the capture's metadata.
     let removed = typed

@@ -12,6 +12,7 @@
 //! for byte against `kv_events/frames.bin`.
 
 mod common;
+mod zmtp;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, Sche
 use inferrail_sim::kv_events::{EventMeta, KvEventBatch};
 use inferrail_sim::server::{SimOptions, SimServer};
 use serde_json::Value;
+use zmtp::container;
 
 fn fixture(name: &str) -> Vec<u8> {
     let p: PathBuf = [
@@ -407,27 +409,6 @@ fn request_id_headers_as_captured() {
 
 /// The captured ZMQ messages of the salt test (`kv_events/frames.bin`: per message a u32be frame
 /// count, then per frame a u32be length and the bytes).
-fn kv_messages() -> Vec<Vec<Vec<u8>>> {
-    let data = fixture("kv_events/frames.bin");
-    let mut at = 0;
-    let u32be = |at: &mut usize| {
-        let v = u32::from_be_bytes(data[*at..*at + 4].try_into().unwrap()) as usize;
-        *at += 4;
-        v
-    };
-    let mut out = Vec::new();
-    while at < data.len() {
-        let n = u32be(&mut at);
-        let mut frames = Vec::new();
-        for _ in 0..n {
-            let len = u32be(&mut at);
-            frames.push(data[at..at + len].to_vec());
-            at += len;
-        }
-        out.push(frames);
-    }
-    out
-}
 
 /// The salted `BlockStored` batches come out byte for byte as vLLM publishes them: the first
 /// block's `extra_keys` is the bare salt (`["abc"]`, wire `91 a3 "abc"`), the later blocks' nil,
@@ -435,7 +416,7 @@ fn kv_messages() -> Vec<Vec<Vec<u8>>> {
 /// its events are encoded with the default metadata and the captured timestamp.
 #[test]
 fn cache_salt_block_stored_payload_matches_vllm_bytes() {
-    let msgs = kv_messages();
+    let msgs = container(&fixture("kv_events/frames.bin"));
     assert_eq!(msgs.len(), 4);
     let decoded: Value = serde_json::from_slice(&fixture("kv_events/decoded.json")).unwrap();
     let e = &decoded[1]["typed"]["events"][0];
