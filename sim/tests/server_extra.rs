@@ -407,9 +407,6 @@ fn request_id_headers_as_captured() {
     );
 }
 
-/// The captured ZMQ messages of the salt test (`kv_events/frames.bin`: per message a u32be frame
-/// count, then per frame a u32be length and the bytes).
-
 /// The salted `BlockStored` batches come out byte for byte as vLLM publishes them: the first
 /// block's `extra_keys` is the bare salt (`["abc"]`, wire `91 a3 "abc"`), the later blocks' nil,
 /// and an unsalted request's all nil. The scheduler runs the captured prompt with each salt;
