@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod conn_state;
 pub mod engine;
 pub mod kv_events;
 pub mod openai;

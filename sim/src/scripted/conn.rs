@@ -9,23 +9,19 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::future::{poll_fn, Future};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use inferrail_wire::{BodyFraming, ChunkedDecoder, HeadError, RequestHead};
-use monoio::io::{
-    CancelHandle, CancelableAsyncReadRent, CancelableAsyncWriteRentExt, Canceller, OwnedReadHalf,
-    OwnedWriteHalf, Splitable,
-};
+use monoio::io::{CancelableAsyncWriteRentExt, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
 
 use super::exchange::serve;
 use super::shared::Shared;
 use super::types::Behavior;
 use crate::clock::Clock;
+pub(crate) use crate::conn_state::{read_loop, Conn};
 
 /// Largest request head accepted (431 beyond).
 const MAX_HEAD: usize = 64 * 1024;
@@ -33,8 +29,6 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// An idle keep-alive connection is closed after this long, like uvicorn's default in vLLM.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bytes asked for per read.
-const READ_CHUNK: usize = 16 * 1024;
 
 /// The engine thread's state: its connections and caches. Lives on one thread only.
 pub(crate) struct Local {
@@ -138,101 +132,21 @@ pub(super) enum Gone {
     Engine,
 }
 
-/// State shared by a connection's reader and handler tasks.
-pub(crate) struct Conn {
-    pub(super) inbox: RefCell<Vec<u8>>,
-    eof: Cell<bool>,
-    closed: Cell<bool>,
-    version: Cell<u64>,
-    waker: Cell<Option<Waker>>,
-    canceller: RefCell<Option<Canceller>>,
-    handle: CancelHandle,
-}
-
-impl Conn {
-    fn new() -> Conn {
-        let canceller = Canceller::new();
-        let handle = canceller.handle();
-        Conn {
-            inbox: RefCell::new(Vec::new()),
-            eof: Cell::new(false),
-            closed: Cell::new(false),
-            version: Cell::new(0),
-            waker: Cell::new(None),
-            canceller: RefCell::new(Some(canceller)),
-            handle,
-        }
-    }
-
-    /// Something changed (bytes, end of input, close): wake the handler.
-    fn notify(&self) {
-        self.version.set(self.version.get().wrapping_add(1));
-        if let Some(w) = self.waker.take() {
-            w.wake();
-        }
-    }
-
-    /// Closes the connection: cancels its pending reads and writes and wakes the handler.
-    pub(crate) fn close(&self) {
-        if self.closed.replace(true) {
-            return;
-        }
-        if let Some(c) = self.canceller.borrow_mut().take() {
-            drop(c.cancel());
-        }
-        self.notify();
-    }
-
-    /// Whether, and by whom, the connection was ended.
-    pub(super) fn gone(&self) -> Option<Gone> {
-        if self.closed.get() {
-            Some(Gone::Engine)
-        } else if self.eof.get() {
-            Some(Gone::Client)
-        } else {
-            None
-        }
-    }
-
-    /// Resolves on the next [`Conn::notify`] after this call. Only the handler task waits here.
-    pub(super) fn changed(&self) -> impl Future<Output = ()> + '_ {
-        let start = self.version.get();
-        poll_fn(move |cx| {
-            if self.version.get() != start {
-                Poll::Ready(())
-            } else {
-                self.waker.set(Some(cx.waker().clone()));
-                Poll::Pending
-            }
-        })
-    }
-}
-
-async fn read_loop(conn: &Conn, mut rd: OwnedReadHalf<TcpStream>) {
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    loop {
-        let (res, b) = rd.cancelable_read(buf, conn.handle.clone()).await;
-        buf = b;
-        match res {
-            Ok(n) if n > 0 => {
-                conn.inbox.borrow_mut().extend_from_slice(&buf[..n]);
-                buf.clear();
-                conn.notify();
-            }
-            // End of input, a reset, or our own cancel.
-            _ => {
-                conn.eof.set(true);
-                conn.notify();
-                return;
-            }
-        }
+/// Whether, and by whom, the connection was ended.
+pub(super) fn gone(conn: &Conn) -> Option<Gone> {
+    if conn.closed_by_engine() {
+        Some(Gone::Engine)
+    } else if conn.gone() {
+        Some(Gone::Client)
+    } else {
+        None
     }
 }
 
 /// Waits until `until` (`None`: forever), or returns early when the connection ends.
 pub(super) async fn pause(conn: &Conn, until: Option<Instant>) -> Result<(), Gone> {
     loop {
-        if let Some(g) = conn.gone() {
+        if let Some(g) = gone(conn) {
             return Err(g);
         }
         let changed = conn.changed();
@@ -290,7 +204,7 @@ impl Writer {
         self.out = buf;
         match res {
             Ok(_) => Ok(()),
-            Err(_) => Err(conn.gone().unwrap_or(Gone::Client)),
+            Err(_) => Err(gone(conn).unwrap_or(Gone::Client)),
         }
     }
 }
@@ -320,7 +234,7 @@ pub(super) async fn next_head(conn: &Conn) -> NextHead {
                 }
             }
         }
-        if conn.gone().is_some() {
+        if gone(conn).is_some() {
             return NextHead::Done;
         }
         let idle = conn.inbox.borrow().is_empty();
@@ -362,7 +276,7 @@ pub(super) async fn read_body(conn: &Conn, framing: BodyFraming) -> Result<Vec<u
                         return Ok(body);
                     }
                 }
-                if let Some(g) = conn.gone() {
+                if let Some(g) = gone(conn) {
                     return Err(BodyError::Gone(g));
                 }
                 conn.changed().await;
@@ -387,7 +301,7 @@ pub(super) async fn read_body(conn: &Conn, framing: BodyFraming) -> Result<Vec<u
                         }
                     }
                 }
-                if let Some(g) = conn.gone() {
+                if let Some(g) = gone(conn) {
                     return Err(BodyError::Gone(g));
                 }
                 conn.changed().await;

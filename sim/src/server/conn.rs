@@ -3,17 +3,13 @@
 //! handler is doing), an inbox the handler parses requests from, and cancelable writes. Closing a
 //! connection cancels its pending operations, so no io_uring operation is dropped in flight.
 
-use std::cell::{Cell, RefCell};
-use std::future::{poll_fn, Future};
-use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use inferrail_wire::{BodyFraming, ChunkedDecoder, HeadError, RequestHead};
-use monoio::io::{
-    CancelHandle, CancelableAsyncReadRent, CancelableAsyncWriteRentExt, Canceller, OwnedReadHalf,
-    OwnedWriteHalf,
-};
+use monoio::io::{CancelableAsyncWriteRentExt, OwnedWriteHalf};
 use monoio::net::TcpStream;
+
+pub(crate) use crate::conn_state::{read_loop, Conn};
 
 /// Largest request head accepted (431 beyond).
 const MAX_HEAD: usize = 64 * 1024;
@@ -21,97 +17,6 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// An idle keep-alive connection is closed after this long (uvicorn's default in vLLM).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bytes asked for per read.
-const READ_CHUNK: usize = 16 * 1024;
-
-/// State shared by a connection's reader and handler tasks.
-pub(crate) struct Conn {
-    pub(crate) inbox: RefCell<Vec<u8>>,
-    eof: Cell<bool>,
-    closed: Cell<bool>,
-    version: Cell<u64>,
-    waker: Cell<Option<Waker>>,
-    canceller: RefCell<Option<Canceller>>,
-    handle: CancelHandle,
-}
-
-impl Conn {
-    pub(crate) fn new() -> Conn {
-        let canceller = Canceller::new();
-        let handle = canceller.handle();
-        Conn {
-            inbox: RefCell::new(Vec::new()),
-            eof: Cell::new(false),
-            closed: Cell::new(false),
-            version: Cell::new(0),
-            waker: Cell::new(None),
-            canceller: RefCell::new(Some(canceller)),
-            handle,
-        }
-    }
-
-    fn notify(&self) {
-        self.version.set(self.version.get().wrapping_add(1));
-        if let Some(w) = self.waker.take() {
-            w.wake();
-        }
-    }
-
-    /// Closes the connection: cancels its pending reads and writes and wakes the handler.
-    pub(crate) fn close(&self) {
-        if self.closed.replace(true) {
-            return;
-        }
-        if let Some(c) = self.canceller.borrow_mut().take() {
-            drop(c.cancel());
-        }
-        self.notify();
-    }
-
-    /// Whether the client closed its side (or the engine closed the connection).
-    pub(crate) fn gone(&self) -> bool {
-        self.closed.get() || self.eof.get()
-    }
-
-    /// Registers the handler's waker for the next change (bytes, end of input, close).
-    pub(crate) fn register(&self, waker: &Waker) {
-        self.waker.set(Some(waker.clone()));
-    }
-
-    /// Resolves on the next change after this call. Only the handler task waits here.
-    fn changed(&self) -> impl Future<Output = ()> + '_ {
-        let start = self.version.get();
-        poll_fn(move |cx| {
-            if self.version.get() != start {
-                Poll::Ready(())
-            } else {
-                self.register(cx.waker());
-                Poll::Pending
-            }
-        })
-    }
-}
-
-/// The reader task: appends bytes to the inbox until end of input, an error or a cancel.
-pub(crate) async fn read_loop(conn: &Conn, mut rd: OwnedReadHalf<TcpStream>) {
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    loop {
-        let (res, b) = rd.cancelable_read(buf, conn.handle.clone()).await;
-        buf = b;
-        match res {
-            Ok(n) if n > 0 => {
-                conn.inbox.borrow_mut().extend_from_slice(&buf[..n]);
-                buf.clear();
-                conn.notify();
-            }
-            _ => {
-                conn.eof.set(true);
-                conn.notify();
-                return;
-            }
-        }
-    }
-}
 
 /// The handler's output side: the write half and a reusable buffer.
 pub(crate) struct Writer {
