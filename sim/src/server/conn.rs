@@ -1,7 +1,6 @@
-//! One client connection's plumbing, the same approach as the scripted engine's: a reader task
-//! that always has a cancelable read posted (so a client close is seen at once, whatever the
-//! handler is doing), an inbox the handler parses requests from, and cancelable writes. Closing a
-//! connection cancels its pending operations, so no io_uring operation is dropped in flight.
+//! The server side of one client connection: request heads and bodies read from the shared
+//! connection state ([`crate::conn_state`], also used by the scripted engine), and cancelable
+//! writes of responses and SSE events.
 
 use std::time::Duration;
 
