@@ -114,16 +114,36 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         r.header("x-inferrail-replica").unwrap_or("?")
     );
 
-    println!("\n3. engine-1 crashes (stopped); requests retry on the others:");
+    println!("\n3. engine-1 crashes (stopped); requests routed to it retry on the others:");
     engines[1].stop();
-    for i in 0..3 {
+    let retries = |gw: &Gateway| -> Result<String, DemoError> {
+        let m = call(gw.admin_addr, "GET", "/metrics", &[], None).map_err(DemoError::Request)?;
+        Ok(m.text()
+            .lines()
+            .find(|l| l.starts_with("inferrail_retries_total"))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or("0")
+            .to_string())
+    };
+    let before = retries(&gateway)?;
+    // The policy picks at random among idle replicas: send until one request hit the dead engine.
+    for i in 0..12 {
         let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body))
             .map_err(DemoError::Request)?;
+        let now = retries(&gateway)?;
         println!(
-            "   request {i}: {} from {}",
+            "   request {i}: {} from {}{}",
             r.status,
-            r.header("x-inferrail-replica").unwrap_or("?")
+            r.header("x-inferrail-replica").unwrap_or("?"),
+            if now != before {
+                "  (engine-1 refused it; retried)"
+            } else {
+                ""
+            }
         );
+        if now != before {
+            break;
+        }
     }
 
     println!("\n4. Errors in the OpenAI shape:");
