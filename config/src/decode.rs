@@ -51,6 +51,8 @@ const MODEL_KEYS: &[&str] = &[
     "name",
     "aliases",
     "policy",
+    "split",
+    "shadow",
     "tokenizer",
     "block_size",
     "chat_template",
@@ -234,6 +236,8 @@ impl Decoder {
             name: name.unwrap_or_default(),
             aliases: self.or(&f, "aliases", Vec::new(), |d, p, v| d.names(p, v, true)),
             policy: self.optional(&f, "policy", Self::policy),
+            split: self.or(&f, "split", BTreeMap::new(), Self::split),
+            shadow: self.or(&f, "shadow", Vec::new(), Self::shadow),
             tokenizer: self.optional(&f, "tokenizer", Self::string),
             block_size: self.optional(&f, "block_size", |d, p, v| d.u32_in(p, v, 1, u32::MAX)),
             chat_template: self.optional(&f, "chat_template", Self::string),
@@ -342,15 +346,7 @@ impl Decoder {
         Routing {
             default_policy: self.or(&f, "default_policy", def.default_policy, Self::policy),
             split: self.or(&f, "split", def.split, Self::split),
-            shadow: self.or(&f, "shadow", def.shadow, |d, p, v| {
-                let items = d.list(p, v)?;
-                Some(
-                    items
-                        .into_iter()
-                        .filter_map(|(item_path, item)| d.policy(&item_path, item))
-                        .collect(),
-                )
-            }),
+            shadow: self.or(&f, "shadow", def.shadow, Self::shadow),
             epsilon: self.or(&f, "epsilon", def.epsilon, |d, p, v| {
                 d.float(p, v, above_zero)
             }),
@@ -363,11 +359,11 @@ impl Decoder {
         }
     }
 
+    /// A split (`routing.split` or `models[i].split`): policy name -> percent in 0..=100. A
+    /// broken entry is reported at its own path and left out; `validate` then skips the sum
+    /// check for this split (it looks for problems under `path`).
     fn split(&mut self, path: &str, v: &Value) -> Option<BTreeMap<PolicyKind, u32>> {
-        let Some(entries) = self.entries(path, v) else {
-            self.incomplete.split = true;
-            return None;
-        };
+        let entries = self.entries(path, v)?;
         let mut split = BTreeMap::new();
         for (key, key_path, value) in entries {
             let policy = PolicyKind::from_name(&key);
@@ -375,14 +371,23 @@ impl Decoder {
                 self.problem(&key_path, unknown_policy(&format!("{key:?}")));
             }
             let percent = self.u32_in(&key_path, value, 0, 100);
-            match (policy, percent) {
-                (Some(policy), Some(percent)) => {
-                    split.insert(policy, percent);
-                }
-                _ => self.incomplete.split = true,
+            if let (Some(policy), Some(percent)) = (policy, percent) {
+                split.insert(policy, percent);
             }
         }
         Some(split)
+    }
+
+    /// A shadow list (`routing.shadow` or `models[i].shadow`): policy names; unknown ones are
+    /// reported and left out.
+    fn shadow(&mut self, path: &str, v: &Value) -> Option<Vec<PolicyKind>> {
+        let items = self.list(path, v)?;
+        Some(
+            items
+                .into_iter()
+                .filter_map(|(item_path, item)| self.policy(&item_path, item))
+                .collect(),
+        )
     }
 
     fn cost_model(&mut self, routing: &Fields<'_>) -> CostModelParams {
@@ -859,6 +864,38 @@ observability:
                 "routing.split.foo: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
                 "routing.split.p2c: must be at most 100 (got 101)",
                 "routing.shadow[0]: unknown policy \"bar\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+            ]
+        );
+    }
+
+    #[test]
+    fn per_model_split_and_shadow() {
+        let config = ok("\
+models:
+  - {name: m, split: {round_robin: 70, random: 30}, shadow: [least_request, p2c]}
+  - {name: n}
+replicas: [{id: r, url: 'http://a:1', models: [m, n]}]
+routing: {split: {p2c: 100}, shadow: [random]}
+");
+        let (m, n) = (&config.models[0], &config.models[1]);
+        assert_eq!(m.split.len(), 2);
+        assert_eq!(m.split[&PolicyKind::RoundRobin], 70);
+        assert_eq!(m.split[&PolicyKind::Random], 30);
+        assert_eq!(m.shadow, [PolicyKind::LeastRequest, PolicyKind::P2c]);
+        // Empty: the model inherits the routing-level ones.
+        assert!(n.split.is_empty());
+        assert!(n.shadow.is_empty());
+        assert_eq!(config.routing.split[&PolicyKind::P2c], 100);
+        assert_eq!(config.routing.shadow, [PolicyKind::Random]);
+
+        assert_eq!(
+            errs("models: [{name: m, split: {foo: 50, p2c: 101}, shadow: [bar]}, {name: n, split: [p2c], shadow: p2c}]\nreplicas: [{id: r, url: 'http://a:1', models: [m, n]}]\n"),
+            [
+                "models[0].split.foo: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+                "models[0].split.p2c: must be at most 100 (got 101)",
+                "models[0].shadow[0]: unknown policy \"bar\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+                "models[1].split: expected a mapping (got a list)",
+                "models[1].shadow: expected a list (got \"p2c\")",
             ]
         );
     }

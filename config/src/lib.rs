@@ -3,8 +3,14 @@
 //!
 //! It also owns which settings may change live. On reload, models, replicas, discovery, routing,
 //! health, retry, load, timeouts, limits, sampling and logging apply live; listeners,
-//! `server.cores`, `tokenizer.workers`/`cache_tokens`, `index` and `observability.otlp_endpoint`
-//! need a restart ([`Config::restart_required`] names the ones that changed).
+//! `server.cores`, `tokenizer.workers`/`cache_tokens`, `index`, `observability.otlp_endpoint` and
+//! a kept model's tokenization (`tokenizer`, `block_size`, `chat_template`,
+//! `chat_template_kwargs`) need a restart ([`Config::restart_required`] names the ones that
+//! changed).
+//!
+//! For a control plane that keeps "the config in effect" as a JSON document (to show it and
+//! PATCH it), [`document_of_yaml`] turns the file into that document, [`merge_patch`] applies an
+//! RFC 7396 merge patch to it, and [`parse_document`] validates it exactly like YAML text.
 //!
 //! This crate never does I/O besides reading the one config file in [`load_file`], and holds no
 //! runtime state: it turns text into a checked [`Config`] and nothing more. Resolving `auto`
@@ -15,8 +21,10 @@
 #![warn(missing_docs)]
 
 mod decode;
+mod document;
 mod error;
 mod live;
+mod merge_patch;
 mod schema;
 pub mod units;
 mod upstream;
@@ -25,7 +33,9 @@ mod walk;
 
 use std::path::Path;
 
+pub use document::{document_of_yaml, parse_document};
 pub use error::{ConfigError, Problem, Problems};
+pub use merge_patch::merge_patch;
 pub use schema::{
     Config, CostModelParams, Count, DecisionLog, Discovery, DnsGroup, Health, Index, Load, Logging,
     Model, Observability, PolicyKind, Replica, Retry, Routing, Server, TokenizerPool, UpstreamUrl,
@@ -35,7 +45,12 @@ pub use schema::{
 pub fn parse_str(text: &str) -> Result<Config, ConfigError> {
     let mut root: serde_yaml::Value = serde_yaml::from_str(text).map_err(syntax_error)?;
     root.apply_merge().map_err(syntax_error)?;
-    let decoded = decode::decode(&root);
+    parse_value(&root)
+}
+
+/// Decodes and validates a YAML tree whose merge keys are already applied.
+fn parse_value(root: &serde_yaml::Value) -> Result<Config, ConfigError> {
+    let decoded = decode::decode(root);
     let mut problems = decoded.problems;
     validate::validate(&decoded.config, decoded.incomplete, &mut problems);
     if problems.is_empty() {

@@ -1,20 +1,27 @@
 //! Which settings a running router may take from a reloaded file, and which need a restart.
 //!
 //! Listeners, thread counts and sizes fixed at start-up (data cores, tokenizer workers, index
-//! shards, the tokenization cache, the default KV capacity, the OTLP exporter) need a restart.
-//! Everything else (models, replicas, discovery, routing, health, retry, load scraping, timeouts,
-//! body limits, pooling, sampling, logs, logging) may change live.
+//! shards, the tokenization cache, the default KV capacity, the OTLP exporter) need a restart, and
+//! so does the tokenization of a model that stays (`tokenizer`, `block_size`, `chat_template`,
+//! `chat_template_kwargs`): tokenizers are built at start-up. Everything else (models added or
+//! removed, a model's names and policies, replicas, discovery, routing, health, retry, load
+//! scraping, timeouts, body limits, pooling, sampling, logs, logging) may change live.
 
-use crate::schema::Config;
+use crate::schema::{Config, Model};
 
 impl Config {
     /// The settings that differ between `self` (running) and `new` (reloaded) but only take
     /// effect after a restart, as config paths. Empty when `new` can be applied live in full.
-    pub fn restart_required(&self, new: &Config) -> Vec<&'static str> {
+    ///
+    /// Besides the fixed sections, a model present in both configs (matched by name) that
+    /// changed its `tokenizer`, `block_size`, `chat_template` or `chat_template_kwargs` is named
+    /// as `models[<name>].<field>`: tokenizers are built at start-up. A model added or removed
+    /// is live. Paths come in a fixed order: the sections, then the models in `new`'s order.
+    pub fn restart_required(&self, new: &Config) -> Vec<String> {
         let mut changed = Vec::new();
-        let mut check = |path: &'static str, differs: bool| {
+        let mut check = |path: &str, differs: bool| {
             if differs {
-                changed.push(path);
+                changed.push(path.to_string());
             }
         };
         let (old_server, new_server) = (&self.server, &new.server);
@@ -41,7 +48,30 @@ impl Config {
             "observability.otlp_endpoint",
             self.observability.otlp_endpoint != new.observability.otlp_endpoint,
         );
+        for model in &new.models {
+            if let Some(old) = self.models.iter().find(|m| m.name == model.name) {
+                tokenization_changes(old, model, &mut changed);
+            }
+        }
         changed
+    }
+}
+
+/// Appends `models[<name>].<field>` for each tokenization setting that differs.
+fn tokenization_changes(old: &Model, new: &Model, changed: &mut Vec<String>) {
+    let fields = [
+        ("tokenizer", old.tokenizer != new.tokenizer),
+        ("block_size", old.block_size != new.block_size),
+        ("chat_template", old.chat_template != new.chat_template),
+        (
+            "chat_template_kwargs",
+            old.chat_template_kwargs != new.chat_template_kwargs,
+        ),
+    ];
+    for (field, differs) in fields {
+        if differs {
+            changed.push(format!("models[{}].{field}", new.name));
+        }
     }
 }
 
@@ -62,5 +92,55 @@ mod tests {
         new.server.cores = Count::Fixed(2);
         new.index.shards = Count::Fixed(4);
         assert_eq!(old.restart_required(&new), ["server.cores", "index.shards"]);
+    }
+
+    #[test]
+    fn tokenization_changes_of_a_kept_model_need_a_restart() {
+        let old = crate::parse_str(
+            "models: [{name: m, tokenizer: builtin:sim}, {name: n, block_size: 16}]\n\
+             replicas: [{id: r, url: 'http://a:1', models: [m, n]}]\n",
+        )
+        .unwrap();
+        // Live: policy, aliases, split and shadow of a kept model.
+        let mut new = old.clone();
+        new.models[0].aliases.push("alias".to_string());
+        new.models[0].policy = Some(crate::PolicyKind::P2c);
+        new.models[1].shadow.push(crate::PolicyKind::Random);
+        assert!(old.restart_required(&new).is_empty());
+
+        new.models[0].tokenizer = Some("/models/other".to_string());
+        new.models[0].chat_template = Some("/t.jinja".to_string());
+        new.models[1].block_size = Some(32);
+        new.models[1]
+            .chat_template_kwargs
+            .insert("enable_thinking".to_string(), serde_yaml::Value::Bool(true));
+        new.server.cores = Count::Fixed(2);
+        assert_eq!(
+            old.restart_required(&new),
+            [
+                "server.cores",
+                "models[m].tokenizer",
+                "models[m].chat_template",
+                "models[n].block_size",
+                "models[n].chat_template_kwargs",
+            ]
+        );
+    }
+
+    #[test]
+    fn models_added_or_removed_are_live() {
+        let old = crate::parse_str(BASE).unwrap();
+        let mut new = old.clone();
+        let mut added = new.models[0].clone();
+        added.name = "other".to_string();
+        added.tokenizer = Some("builtin:sim".to_string());
+        new.models.push(added);
+        assert!(old.restart_required(&new).is_empty());
+        // Removing it is live too, and so is renaming: the renamed model is a new one.
+        assert!(new.restart_required(&old).is_empty());
+        let mut renamed = new.clone();
+        renamed.models[1].name = "third".to_string();
+        renamed.models[1].tokenizer = None;
+        assert!(new.restart_required(&renamed).is_empty());
     }
 }

@@ -135,6 +135,12 @@ pub struct Model {
     pub aliases: Vec<String>,
     /// This model's policy; `routing.default_policy` when `None`.
     pub policy: Option<PolicyKind>,
+    /// This model's traffic split between policies in percent (summing to 100), validated like
+    /// `routing.split`; empty means the model inherits `routing.split`.
+    pub split: BTreeMap<PolicyKind, u32>,
+    /// This model's shadow policies, validated like `routing.shadow`; empty means the model
+    /// inherits `routing.shadow`.
+    pub shadow: Vec<PolicyKind>,
     /// Tokenizer: a directory, an `org/name` in the local HF cache, or `builtin:sim`.
     pub tokenizer: Option<String>,
     /// The engines' KV block size in tokens; learned from their metrics when `None`.

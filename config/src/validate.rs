@@ -2,7 +2,7 @@
 //! available in this release, and pairs of values that must agree. Every failure is a
 //! [`Problem`] with the path of the value to change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::error::Problem;
@@ -25,7 +25,7 @@ pub(crate) fn validate(config: &Config, incomplete: Incomplete, problems: &mut V
     v.dns_groups();
     v.served();
     v.policies();
-    v.split();
+    v.splits();
     v.ordered_pairs();
 }
 
@@ -44,6 +44,14 @@ impl Validator<'_> {
 
     fn decoded(&self, path: &str) -> bool {
         !self.decode_failed.iter().any(|p| p == path)
+    }
+
+    /// No decode problem at `path` or anywhere under it (`path.key`, `path[..]`).
+    fn decoded_tree(&self, path: &str) -> bool {
+        !self.decode_failed.iter().any(|p| {
+            p.strip_prefix(path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        })
     }
 
     fn listeners(&mut self) {
@@ -213,7 +221,8 @@ impl Validator<'_> {
         }
     }
 
-    /// Every policy named anywhere is implemented in this release.
+    /// Every policy named anywhere is implemented in this release, and no shadow list names a
+    /// policy twice. Per-model settings are checked right after the model's `policy`.
     fn policies(&mut self) {
         let config = self.config;
         let routing = &config.routing;
@@ -221,22 +230,35 @@ impl Validator<'_> {
             self.implemented("routing.default_policy".to_string(), routing.default_policy);
         }
         for (i, model) in config.models.iter().enumerate() {
+            let base = index("models", i);
             if let Some(policy) = model.policy {
-                self.implemented(join(&index("models", i), "policy"), policy);
+                self.implemented(join(&base, "policy"), policy);
             }
+            self.split_policies(&join(&base, "split"), &model.split);
+            self.shadow_policies(&join(&base, "shadow"), &model.shadow);
         }
-        for policy in routing.split.keys() {
-            self.implemented(join("routing.split", policy.as_str()), *policy);
+        self.split_policies("routing.split", &routing.split);
+        self.shadow_policies("routing.shadow", &routing.shadow);
+    }
+
+    /// Every policy of the split at `path` is implemented.
+    fn split_policies(&mut self, path: &str, split: &BTreeMap<PolicyKind, u32>) {
+        for policy in split.keys() {
+            self.implemented(join(path, policy.as_str()), *policy);
         }
-        for (j, policy) in routing.shadow.iter().enumerate() {
-            let path = index("routing.shadow", j);
-            if routing.shadow[..j].contains(policy) {
+    }
+
+    /// Every policy of the shadow list at `path` is implemented and listed once.
+    fn shadow_policies(&mut self, path: &str, shadow: &[PolicyKind]) {
+        for (j, policy) in shadow.iter().enumerate() {
+            let item = index(path, j);
+            if shadow[..j].contains(policy) {
                 self.problem(
-                    path,
+                    item,
                     format!("policy {:?} is listed twice", policy.as_str()),
                 );
             } else {
-                self.implemented(path, *policy);
+                self.implemented(item, *policy);
             }
         }
     }
@@ -258,17 +280,24 @@ impl Validator<'_> {
         self.problem(path, message);
     }
 
-    fn split(&mut self) {
-        let split = &self.config.routing.split;
-        if self.incomplete.split || split.is_empty() {
+    /// `routing.split` and every `models[i].split` add up to 100 (when not empty).
+    fn splits(&mut self) {
+        let config = self.config;
+        self.split_sum("routing.split", &config.routing.split);
+        for (i, model) in config.models.iter().enumerate() {
+            self.split_sum(&join(&index("models", i), "split"), &model.split);
+        }
+    }
+
+    /// The split at `path` adds up to 100, unless it is empty or one of its entries failed to
+    /// decode (that entry is already reported; its sum would mislead).
+    fn split_sum(&mut self, path: &str, split: &BTreeMap<PolicyKind, u32>) {
+        if split.is_empty() || !self.decoded_tree(path) {
             return;
         }
         let sum: u64 = split.values().map(|&p| u64::from(p)).sum();
         if sum != 100 {
-            self.problem(
-                "routing.split",
-                format!("percentages must add up to 100 (got {sum})"),
-            );
+            self.problem(path, format!("percentages must add up to 100 (got {sum})"));
         }
     }
 
@@ -454,6 +483,37 @@ routing:
         assert_eq!(
             one_err(&minimal_with("routing: {split: {p2c: 60, random: x}}\n")),
             "routing.split.random: expected a whole number (got \"x\")"
+        );
+    }
+
+    #[test]
+    fn per_model_split_and_shadow_are_checked_like_routing() {
+        let fleet = "replicas: [{id: r, url: 'http://h:1', models: [m, n]}]\n";
+        assert_eq!(
+            errs(&format!(
+                "models:\n  - {{name: m, policy: p2c, split: {{kv_aware: 50, random: 50}}, shadow: [p2c, cost_model, p2c]}}\n  - {{name: n, split: {{p2c: 60, random: 30}}}}\n{fleet}routing: {{split: {{p2c: 50, random: 40}}}}\n"
+            )),
+            [
+                format!("models[0].split.kv_aware: policy \"kv_aware\" {NOT_IMPLEMENTED}"),
+                format!("models[0].shadow[1]: policy \"cost_model\" {NOT_IMPLEMENTED}"),
+                "models[0].shadow[2]: policy \"p2c\" is listed twice".to_string(),
+                "routing.split: percentages must add up to 100 (got 90)".to_string(),
+                "models[1].split: percentages must add up to 100 (got 90)".to_string(),
+            ]
+        );
+        ok(&format!(
+            "models: [{{name: m, split: {{p2c: 100, random: 0}}}}, {{name: n, split: {{}}, shadow: []}}]\n{fleet}"
+        ));
+        // A broken entry is reported once, not again as a wrong sum; other splits still are.
+        assert_eq!(
+            errs(&format!(
+                "models: [{{name: m, split: {{p2c: 60, random: x}}}}, {{name: n, split: {{p2c: 60, foo: 40}}}}]\n{fleet}routing: {{split: {{p2c: 10}}}}\n"
+            )),
+            [
+                "models[0].split.random: expected a whole number (got \"x\")",
+                "models[1].split.foo: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
+                "routing.split: percentages must add up to 100 (got 10)",
+            ]
         );
     }
 

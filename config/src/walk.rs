@@ -20,8 +20,6 @@ pub(crate) struct Incomplete {
     pub model_names: bool,
     /// Some replica's or DNS group's `models` failed: "served by nobody" cannot be checked.
     pub serving: bool,
-    /// Some `routing.split` entry failed: the sum cannot be checked.
-    pub split: bool,
 }
 
 /// `path.key`, or `path["odd key"]` when the key is not a plain word.

@@ -11,8 +11,18 @@
 
 pub mod admin;
 pub mod client;
+pub mod decision_log;
 pub mod demo;
+pub mod discovery;
 pub mod engine_load;
+pub mod fleet_health;
 pub mod gateway;
+mod jsonl;
+pub mod live_config;
+pub mod probe;
+pub mod replay;
+pub mod replica_worker;
+pub mod scrape;
+pub mod shadow;
 
 pub use gateway::{Gateway, GatewayError};

@@ -1,4 +1,4 @@
-//! The `inferrail` command: serve, check, demo.
+//! The `inferrail` command: serve, check, demo, replay-shadow.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -13,6 +13,8 @@ usage:
   inferrail serve --config FILE   run the gateway
   inferrail check --config FILE   validate a config file and exit (non-zero on errors)
   inferrail demo [--requests N]   run a gateway in front of three in-process engines
+  inferrail replay-shadow LOG     re-run every pick of a shadow log; exit 0 when all reproduce,
+                                  1 on a mismatch, 2 when the log cannot be read
   inferrail --version
 ";
 
@@ -97,6 +99,43 @@ fn serve(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `inferrail replay-shadow LOG`: prints a summary; 0 when every pick reproduces, 1 on the first
+/// mismatch, 2 when the log cannot be read or has a malformed line.
+fn replay_shadow(log: &Path) -> ExitCode {
+    match inferrail_control::replay::replay_shadow(log) {
+        Ok(report) => match report.mismatch {
+            None => {
+                println!(
+                    "{}: {} shadow decisions in {} jobs ({} lines) all reproduce",
+                    log.display(),
+                    report.decisions_checked,
+                    report.jobs,
+                    report.lines
+                );
+                ExitCode::SUCCESS
+            }
+            Some(m) => {
+                println!(
+                    "{}:{}: mismatch after {} matching decisions: {}",
+                    log.display(),
+                    m.line,
+                    report.decisions_checked.saturating_sub(1),
+                    m.detail
+                );
+                ExitCode::from(1)
+            }
+        },
+        Err(e @ inferrail_control::replay::ReplayError::Io { .. }) => {
+            eprintln!("inferrail replay-shadow: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("inferrail replay-shadow: {}: {e}", log.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
@@ -153,6 +192,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        "replay-shadow" => match rest {
+            [log] => replay_shadow(Path::new(log)),
+            _ => {
+                eprintln!("inferrail replay-shadow: expected one LOG file\n\n{USAGE}");
+                ExitCode::from(2)
+            }
+        },
         "--version" | "-V" => {
             println!("inferrail {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

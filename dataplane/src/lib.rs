@@ -14,6 +14,7 @@ pub mod cores;
 pub mod errors;
 pub mod http;
 pub mod metrics;
+pub mod observe;
 pub mod policy;
 pub mod pool;
 pub mod proxy;
@@ -21,6 +22,7 @@ pub mod rng;
 pub mod shutdown;
 pub mod snapshot;
 mod sockets;
+pub mod split;
 
 pub use cores::{driver_name, start_cores, CoreOptions, CoreSet, StartError};
 pub use shutdown::ShutdownSignal;

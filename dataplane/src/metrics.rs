@@ -6,8 +6,10 @@
 //! relaxed loads and sums them when `/metrics` is scraped.
 
 use inferrail_config::PolicyKind;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a request ended, as the `outcome` label.
@@ -159,6 +161,7 @@ struct Offsets {
     retries: usize,
     errors: usize,
     in_flight: usize,
+    pending: usize,
     total: usize,
 }
 
@@ -173,7 +176,8 @@ impl Offsets {
         let retries = decisions + m * PolicyKind::ALL.len();
         let errors = retries + m;
         let in_flight = errors + ErrorReason::ALL.len();
-        let total = in_flight + replicas;
+        let pending = in_flight + replicas;
+        let total = pending + replicas;
         Offsets {
             models,
             replicas,
@@ -184,6 +188,7 @@ impl Offsets {
             retries,
             errors,
             in_flight,
+            pending,
             total,
         }
     }
@@ -193,6 +198,15 @@ impl Offsets {
 pub struct CoreRecorder {
     off: Offsets,
     lines: Box<[Line]>,
+}
+
+impl std::fmt::Debug for CoreRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreRecorder")
+            .field("models", &self.off.models)
+            .field("replicas", &self.off.replicas)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CoreRecorder {
@@ -288,6 +302,32 @@ impl CoreRecorder {
             self.add(self.off.in_flight + replica, delta as u64);
         }
     }
+
+    /// Moves this core's pending gauge for `replica` by `delta` (+1 or -1): requests sent to the
+    /// replica whose response head has not arrived yet. Out-of-range slots are ignored.
+    pub fn pending(&self, replica: usize, delta: i64) {
+        if replica < self.off.replicas {
+            self.add(self.off.pending + replica, delta as u64);
+        }
+    }
+
+    /// This core's `(in_flight, pending)` for replica slot `replica`, as last written by the
+    /// core (relaxed reads; `(0, 0)` for a slot outside the layout). Meant for the control thread.
+    pub fn replica_load(&self, replica: usize) -> (i64, i64) {
+        if replica < self.off.replicas {
+            (
+                self.read(self.off.in_flight + replica) as i64,
+                self.read(self.off.pending + replica) as i64,
+            )
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Whether this recorder was laid out for `layout`'s label counts.
+    fn fits(&self, layout: &MetricsLayout) -> bool {
+        self.off.models == layout.models.len() && self.off.replicas == layout.replicas.len()
+    }
 }
 
 fn label_value(out: &mut String, v: &str) {
@@ -301,73 +341,239 @@ fn label_value(out: &mut String, v: &str) {
     }
 }
 
-fn sum(recorders: &[std::sync::Arc<CoreRecorder>], i: usize) -> u64 {
+/// Values keyed by one label: named values plus the `(none)` row.
+#[derive(Debug, Clone, Default)]
+struct ByLabel<T> {
+    named: BTreeMap<String, T>,
+    none: T,
+}
+
+impl<T: Default> ByLabel<T> {
+    fn entry(&mut self, name: Option<&str>) -> &mut T {
+        match name {
+            None => &mut self.none,
+            Some(n) => self.named.entry(n.to_owned()).or_default(),
+        }
+    }
+
+    fn get(&self, name: Option<&str>) -> Option<&T> {
+        match name {
+            None => Some(&self.none),
+            Some(n) => self.named.get(n),
+        }
+    }
+}
+
+fn add_all<const N: usize>(into: &mut [u64; N], from: &[u64; N]) {
+    for (a, b) in into.iter_mut().zip(from) {
+        *a = a.wrapping_add(*b);
+    }
+}
+
+/// Counter and histogram totals keyed by label values, so recorders of different layouts add up.
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    /// model -> replica -> per-outcome counts.
+    requests: ByLabel<ByLabel<[u64; Outcome::ALL.len()]>>,
+    /// model -> histogram slots.
+    ttft: ByLabel<[u64; HIST_SLOTS]>,
+    /// model -> histogram slots.
+    duration: ByLabel<[u64; HIST_SLOTS]>,
+    /// model -> per-policy counts.
+    decisions: BTreeMap<String, [u64; PolicyKind::ALL.len()]>,
+    /// model -> retries.
+    retries: BTreeMap<String, u64>,
+    /// per-reason counts.
+    errors: [u64; ErrorReason::ALL.len()],
+}
+
+/// Gauges summed by replica label: `(in_flight, pending)`.
+type Gauges = BTreeMap<String, (i64, i64)>;
+
+fn sum(recorders: &[&CoreRecorder], i: usize) -> u64 {
     recorders
         .iter()
         .fold(0u64, |acc, r| acc.wrapping_add(r.read(i)))
 }
 
-/// Renders the merged Prometheus text exposition of every core's recorder.
-pub fn render(layout: &MetricsLayout, recorders: &[std::sync::Arc<CoreRecorder>]) -> String {
-    let off = Offsets::new(layout.models.len(), layout.replicas.len());
-    let none = String::from("(none)");
-    let model_name = |m: usize| layout.models.get(m).unwrap_or(&none);
-    let replica_name = |r: usize| layout.replicas.get(r).unwrap_or(&none);
+/// The recorders laid out for `layout`; others cannot be read by its offsets and are skipped.
+fn fitting<'a>(
+    layout: &MetricsLayout,
+    recorders: &'a [Arc<CoreRecorder>],
+) -> Vec<&'a CoreRecorder> {
+    recorders
+        .iter()
+        .map(|r| &**r)
+        .filter(|r| r.fits(layout))
+        .collect()
+}
+
+impl Totals {
+    /// Adds every counter and histogram of `recorders` (laid out for `layout`) by label value.
+    fn add(&mut self, layout: &MetricsLayout, recorders: &[Arc<CoreRecorder>]) {
+        let recs = fitting(layout, recorders);
+        if recs.is_empty() {
+            return;
+        }
+        let off = Offsets::new(layout.models.len(), layout.replicas.len());
+        let model = |m: usize| layout.models.get(m).map(String::as_str);
+        let replica = |r: usize| layout.replicas.get(r).map(String::as_str);
+
+        for m in 0..=off.models {
+            for r in 0..=off.replicas {
+                let base = off.requests + (m * (off.replicas + 1) + r) * Outcome::ALL.len();
+                let counts: [u64; Outcome::ALL.len()] =
+                    std::array::from_fn(|o| sum(&recs, base + o));
+                if counts.iter().all(|v| *v == 0) {
+                    continue;
+                }
+                let row = self.requests.entry(model(m)).entry(replica(r));
+                add_all(row, &counts);
+            }
+        }
+
+        for (family, base) in [
+            (&mut self.ttft, off.ttft),
+            (&mut self.duration, off.duration),
+        ] {
+            for m in 0..=off.models {
+                let start = base + m * HIST_SLOTS;
+                let slots: [u64; HIST_SLOTS] = std::array::from_fn(|i| sum(&recs, start + i));
+                if slots.iter().all(|v| *v == 0) {
+                    continue;
+                }
+                add_all(family.entry(model(m)), &slots);
+            }
+        }
+
+        for (m, name) in layout.models.iter().enumerate() {
+            let base = off.decisions + m * PolicyKind::ALL.len();
+            let counts: [u64; PolicyKind::ALL.len()] =
+                std::array::from_fn(|p| sum(&recs, base + p));
+            if counts.iter().any(|v| *v != 0) {
+                add_all(self.decisions.entry(name.clone()).or_default(), &counts);
+            }
+            let retries = sum(&recs, off.retries + m);
+            if retries != 0 {
+                let total = self.retries.entry(name.clone()).or_default();
+                *total = total.wrapping_add(retries);
+            }
+        }
+
+        let errors: [u64; ErrorReason::ALL.len()] =
+            std::array::from_fn(|i| sum(&recs, off.errors + i));
+        add_all(&mut self.errors, &errors);
+    }
+
+    /// Drops every series whose model or replica is not in `layout` (the `(none)` rows stay).
+    fn prune(&mut self, layout: &MetricsLayout) {
+        let models: BTreeSet<&str> = layout.models.iter().map(String::as_str).collect();
+        let replicas: BTreeSet<&str> = layout.replicas.iter().map(String::as_str).collect();
+        self.requests
+            .named
+            .retain(|m, _| models.contains(m.as_str()));
+        for row in std::iter::once(&mut self.requests.none).chain(self.requests.named.values_mut())
+        {
+            row.named.retain(|r, _| replicas.contains(r.as_str()));
+        }
+        self.ttft.named.retain(|m, _| models.contains(m.as_str()));
+        self.duration
+            .named
+            .retain(|m, _| models.contains(m.as_str()));
+        self.decisions.retain(|m, _| models.contains(m.as_str()));
+        self.retries.retain(|m, _| models.contains(m.as_str()));
+    }
+}
+
+/// Adds the in-flight and pending gauges of `recorders` (laid out for `layout`) by replica id.
+fn add_gauges(gauges: &mut Gauges, layout: &MetricsLayout, recorders: &[Arc<CoreRecorder>]) {
+    let recs = fitting(layout, recorders);
+    if recs.is_empty() {
+        return;
+    }
+    for (r, name) in layout.replicas.iter().enumerate() {
+        let (in_flight, pending) = recs.iter().fold((0i64, 0i64), |(f, p), rec| {
+            let (rf, rp) = rec.replica_load(r);
+            (f.wrapping_add(rf), p.wrapping_add(rp))
+        });
+        let g = gauges.entry(name.clone()).or_default();
+        g.0 = g.0.wrapping_add(in_flight);
+        g.1 = g.1.wrapping_add(pending);
+    }
+}
+
+/// Writes the Prometheus text for the series of `layout`'s labels, in `layout` order.
+fn write_text(layout: &MetricsLayout, totals: &Totals, gauges: &Gauges) -> String {
+    let models: Vec<Option<&str>> = layout
+        .models
+        .iter()
+        .map(|m| Some(m.as_str()))
+        .chain(std::iter::once(None))
+        .collect();
+    let replicas: Vec<Option<&str>> = layout
+        .replicas
+        .iter()
+        .map(|r| Some(r.as_str()))
+        .chain(std::iter::once(None))
+        .collect();
+    let name_of = |l: Option<&str>| l.unwrap_or("(none)").to_owned();
     let mut out = String::with_capacity(8192);
 
     out.push_str("# HELP inferrail_requests_total Requests finished, by model, replica and outcome.\n# TYPE inferrail_requests_total counter\n");
-    for m in 0..=off.models {
-        for r in 0..=off.replicas {
+    for m in &models {
+        let row = totals.requests.get(*m);
+        for r in &replicas {
+            let counts = row.and_then(|row| row.get(*r));
             for (o, outcome) in Outcome::ALL.iter().enumerate() {
-                let idx = ((m * (off.replicas + 1)) + r) * Outcome::ALL.len() + o;
-                let v = sum(recorders, off.requests + idx);
+                let v = counts.map_or(0, |c| c[o]);
                 if v == 0 {
                     continue;
                 }
                 out.push_str("inferrail_requests_total{model=\"");
-                label_value(&mut out, model_name(m));
+                label_value(&mut out, &name_of(*m));
                 out.push_str("\",replica=\"");
-                label_value(&mut out, replica_name(r));
+                label_value(&mut out, &name_of(*r));
                 let _ = writeln!(out, "\",outcome=\"{}\"}} {v}", outcome.label());
             }
         }
     }
 
-    for (name, help, base) in [
+    let zero = [0u64; HIST_SLOTS];
+    for (name, help, family) in [
         (
             "inferrail_ttft_seconds",
             "Time from request head to the first response body byte sent to the client.",
-            off.ttft,
+            &totals.ttft,
         ),
         (
             "inferrail_request_duration_seconds",
             "Time from request head to the end of the response.",
-            off.duration,
+            &totals.duration,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for m in 0..=off.models {
-            let start = base + m * HIST_SLOTS;
-            let count = sum(recorders, start + LATENCY_BUCKETS.len() + 1);
-            if count == 0 && m == off.models {
+        for m in &models {
+            let slots = family.get(*m).unwrap_or(&zero);
+            let count = slots[LATENCY_BUCKETS.len() + 1];
+            if count == 0 && m.is_none() {
                 continue;
             }
             let mut model_label = String::new();
-            label_value(&mut model_label, model_name(m));
+            label_value(&mut model_label, &name_of(*m));
             let mut cumulative = 0u64;
             for (b, le) in LATENCY_BUCKETS.iter().enumerate() {
-                cumulative += sum(recorders, start + b);
+                cumulative = cumulative.wrapping_add(slots[b]);
                 let _ = writeln!(
                     out,
                     "{name}_bucket{{model=\"{model_label}\",le=\"{le}\"}} {cumulative}"
                 );
             }
-            cumulative += sum(recorders, start + LATENCY_BUCKETS.len());
+            cumulative = cumulative.wrapping_add(slots[LATENCY_BUCKETS.len()]);
             let _ = writeln!(
                 out,
                 "{name}_bucket{{model=\"{model_label}\",le=\"+Inf\"}} {cumulative}"
             );
-            let micros = sum(recorders, start + LATENCY_BUCKETS.len() + 2);
+            let micros = slots[LATENCY_BUCKETS.len() + 2];
             let _ = writeln!(
                 out,
                 "{name}_sum{{model=\"{model_label}\"}} {}",
@@ -378,23 +584,27 @@ pub fn render(layout: &MetricsLayout, recorders: &[std::sync::Arc<CoreRecorder>]
     }
 
     out.push_str("# HELP inferrail_routing_decisions_total Routing decisions, by model and policy.\n# TYPE inferrail_routing_decisions_total counter\n");
-    for m in 0..off.models {
+    for model in &layout.models {
+        let Some(counts) = totals.decisions.get(model) else {
+            continue;
+        };
         for (p, policy) in PolicyKind::ALL.iter().enumerate() {
-            let v = sum(recorders, off.decisions + m * PolicyKind::ALL.len() + p);
+            let v = counts[p];
             if v == 0 {
                 continue;
             }
             out.push_str("inferrail_routing_decisions_total{model=\"");
-            label_value(&mut out, model_name(m));
+            label_value(&mut out, model);
             let _ = writeln!(out, "\",policy=\"{}\"}} {v}", policy.as_str());
         }
     }
 
     out.push_str("# HELP inferrail_retries_total Attempts after the first, by model.\n# TYPE inferrail_retries_total counter\n");
-    for m in 0..off.models {
+    for model in &layout.models {
         out.push_str("inferrail_retries_total{model=\"");
-        label_value(&mut out, model_name(m));
-        let _ = writeln!(out, "\"}} {}", sum(recorders, off.retries + m));
+        label_value(&mut out, model);
+        let v = totals.retries.get(model).copied().unwrap_or(0);
+        let _ = writeln!(out, "\"}} {v}");
     }
 
     out.push_str("# HELP inferrail_errors_total Errors the gateway answered or attempts that failed, by reason.\n# TYPE inferrail_errors_total counter\n");
@@ -403,18 +613,140 @@ pub fn render(layout: &MetricsLayout, recorders: &[std::sync::Arc<CoreRecorder>]
             out,
             "inferrail_errors_total{{reason=\"{}\"}} {}",
             reason.label(),
-            sum(recorders, off.errors + i)
+            totals.errors[i]
         );
     }
 
-    out.push_str("# HELP inferrail_in_flight Requests in flight per replica (all cores).\n# TYPE inferrail_in_flight gauge\n");
-    for r in 0..off.replicas {
-        let v = sum(recorders, off.in_flight + r) as i64;
-        out.push_str("inferrail_in_flight{replica=\"");
-        label_value(&mut out, replica_name(r));
-        let _ = writeln!(out, "\"}} {v}");
+    for (name, help, pick) in [
+        (
+            "inferrail_in_flight",
+            "Requests in flight per replica (all cores).",
+            (|g: &(i64, i64)| g.0) as fn(&(i64, i64)) -> i64,
+        ),
+        (
+            "inferrail_pending",
+            "Requests awaiting their response head per replica (all cores).",
+            |g: &(i64, i64)| g.1,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for replica in &layout.replicas {
+            let v = gauges.get(replica).map_or(0, pick);
+            let _ = write!(out, "{name}{{replica=\"");
+            label_value(&mut out, replica);
+            let _ = writeln!(out, "\"}} {v}");
+        }
     }
     out
+}
+
+/// Renders the merged Prometheus text exposition of every core's recorder, all laid out for
+/// `layout` (recorders of another shape are skipped). Equivalent to a [`MetricsHistory`] holding
+/// one epoch.
+pub fn render(layout: &MetricsLayout, recorders: &[Arc<CoreRecorder>]) -> String {
+    let mut totals = Totals::default();
+    totals.add(layout, recorders);
+    let mut gauges = Gauges::new();
+    add_gauges(&mut gauges, layout, recorders);
+    write_text(layout, &totals, &gauges)
+}
+
+/// One metrics layout and the recorders the data cores write while that layout is in effect.
+///
+/// A new epoch starts whenever the replica or model set changes; requests that started under an
+/// older epoch keep writing into its recorders until they end.
+#[derive(Debug)]
+pub struct MetricsEpoch {
+    /// The label values the recorders are laid out for.
+    pub layout: MetricsLayout,
+    /// One recorder per data core, indexed by core.
+    pub recorders: Vec<Arc<CoreRecorder>>,
+}
+
+impl MetricsEpoch {
+    /// An epoch for `layout` with one zeroed recorder per data core (`cores` of them).
+    pub fn new(layout: MetricsLayout, cores: usize) -> Arc<MetricsEpoch> {
+        let recorders = (0..cores)
+            .map(|_| Arc::new(CoreRecorder::new(&layout)))
+            .collect();
+        Arc::new(MetricsEpoch { layout, recorders })
+    }
+}
+
+/// Every metrics epoch still alive, merged by label values into one `/metrics` page.
+///
+/// Owned by the control thread. Counters never go backwards for a series that stays rendered:
+/// an epoch nobody else holds any more is folded into label-keyed totals before it is dropped.
+/// Series whose model or replica left the current layout are no longer rendered and their retained
+/// totals are discarded, so a replica that returns later starts its series again from zero.
+#[derive(Debug)]
+pub struct MetricsHistory {
+    /// Live epochs, oldest first; the last one is current.
+    epochs: Vec<Arc<MetricsEpoch>>,
+    /// Totals of folded epochs.
+    retained: Totals,
+}
+
+/// Whether no one but the caller holds `epoch` or any of its recorders. `Arc::get_mut` checks
+/// uniqueness with acquire ordering, so every write made before the last other holder dropped its
+/// reference is visible to the reads that follow.
+fn unshared(epoch: &mut Arc<MetricsEpoch>) -> bool {
+    Arc::get_mut(epoch).is_some_and(|e| e.recorders.iter_mut().all(|r| Arc::get_mut(r).is_some()))
+}
+
+impl MetricsHistory {
+    /// A history whose only (and current) epoch is `current`.
+    pub fn new(current: Arc<MetricsEpoch>) -> MetricsHistory {
+        MetricsHistory {
+            epochs: vec![current],
+            retained: Totals::default(),
+        }
+    }
+
+    /// Makes `epoch` current. Older epochs stay alive (and rendered) until no one else holds them.
+    pub fn push(&mut self, epoch: Arc<MetricsEpoch>) {
+        self.epochs.push(epoch);
+    }
+
+    /// The current epoch: the one new snapshots should carry.
+    pub fn current(&self) -> &Arc<MetricsEpoch> {
+        // `epochs` is never empty: `new` starts it with one and nothing removes the last.
+        &self.epochs[self.epochs.len() - 1]
+    }
+
+    /// How many epochs are still alive (the current one included).
+    pub fn live_epochs(&self) -> usize {
+        self.epochs.len()
+    }
+
+    /// Folds epochs that are no longer current and no longer held elsewhere into the retained
+    /// totals, then drops retained series the current layout no longer names.
+    fn fold_retired(&mut self) {
+        let last = self.epochs.len() - 1;
+        let epochs = std::mem::take(&mut self.epochs);
+        for (i, mut epoch) in epochs.into_iter().enumerate() {
+            if i != last && unshared(&mut epoch) {
+                self.retained.add(&epoch.layout, &epoch.recorders);
+            } else {
+                self.epochs.push(epoch);
+            }
+        }
+        let current = Arc::clone(self.current());
+        self.retained.prune(&current.layout);
+    }
+
+    /// The merged Prometheus text of every epoch, by label value, for the current layout's
+    /// series. Counters and histograms add up across epochs; gauges come from live epochs only.
+    pub fn render(&mut self) -> String {
+        self.fold_retired();
+        let mut totals = self.retained.clone();
+        let mut gauges = Gauges::new();
+        for epoch in &self.epochs {
+            totals.add(&epoch.layout, &epoch.recorders);
+            add_gauges(&mut gauges, &epoch.layout, &epoch.recorders);
+        }
+        write_text(&self.current().layout, &totals, &gauges)
+    }
 }
 
 #[cfg(test)]
@@ -466,5 +798,256 @@ mod tests {
         let r = CoreRecorder::new(&layout());
         assert_eq!(r.lines.as_ptr() as usize % 128, 0);
         assert_eq!(std::mem::size_of::<Line>(), 128);
+    }
+
+    /// The value of the sample line starting with `series` (up to the space), if rendered.
+    fn value(text: &str, series: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn gauge(text: &str, series: &str) -> Option<i64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn layout_of(models: &[&str], replicas: &[&str]) -> MetricsLayout {
+        MetricsLayout {
+            models: models.iter().map(|s| s.to_string()).collect(),
+            replicas: replicas.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    const R1_OK: &str = "inferrail_requests_total{model=\"m\",replica=\"r1\",outcome=\"success\"}";
+    const R0_OK: &str = "inferrail_requests_total{model=\"m\",replica=\"r0\",outcome=\"success\"}";
+    const TTFT_COUNT: &str = "inferrail_ttft_seconds_count{model=\"m\"}";
+
+    #[test]
+    fn pending_and_replica_load() {
+        let r = CoreRecorder::new(&layout());
+        r.in_flight(1, 1);
+        r.in_flight(1, 1);
+        r.pending(1, 1);
+        r.pending(0, 1);
+        r.pending(0, -1);
+        r.pending(7, 1);
+        assert_eq!(r.replica_load(1), (2, 1));
+        assert_eq!(r.replica_load(0), (0, 0));
+        assert_eq!(r.replica_load(7), (0, 0));
+        let text = render(&layout(), &[Arc::new(r)]);
+        assert!(text.contains("# TYPE inferrail_pending gauge\n"), "{text}");
+        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(1));
+        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r0\"}"), Some(0));
+        let in_flight = text.find("inferrail_in_flight{").unwrap_or(usize::MAX);
+        let pending = text.find("inferrail_pending{").unwrap_or(0);
+        assert!(in_flight < pending, "pending follows in_flight");
+    }
+
+    #[test]
+    fn epochs_with_overlapping_replicas_sum_by_label() {
+        let e1 = MetricsEpoch::new(layout_of(&["m"], &["r0", "r1"]), 2);
+        let mut history = MetricsHistory::new(Arc::clone(&e1));
+        // r1 moves from slot 1 to slot 0; the model list gains a model in front.
+        let e2 = MetricsEpoch::new(layout_of(&["n", "m"], &["r1", "r2"]), 2);
+        history.push(Arc::clone(&e2));
+        assert!(Arc::ptr_eq(history.current(), &e2));
+
+        e1.recorders[0].request(Some(0), Some(1), Outcome::Success);
+        e1.recorders[1].request(Some(0), Some(1), Outcome::Success);
+        e2.recorders[1].request(Some(1), Some(0), Outcome::Success);
+        e2.recorders[0].request(Some(1), Some(1), Outcome::Success);
+        e1.recorders[0].ttft(Some(0), Duration::from_millis(3));
+        e2.recorders[0].ttft(Some(1), Duration::from_millis(3));
+        e1.recorders[0].retry(0);
+        e2.recorders[1].retry(1);
+        e1.recorders[0].decision(0, PolicyKind::P2c);
+        e2.recorders[0].decision(1, PolicyKind::P2c);
+        e1.recorders[0].error(ErrorReason::FleetFull);
+        e2.recorders[1].error(ErrorReason::FleetFull);
+        e1.recorders[1].request(None, None, Outcome::Rejected);
+        e2.recorders[1].request(None, None, Outcome::Rejected);
+
+        let text = history.render();
+        assert_eq!(value(&text, R1_OK), Some(3), "{text}");
+        assert_eq!(
+            value(
+                &text,
+                "inferrail_requests_total{model=\"m\",replica=\"r2\",outcome=\"success\"}"
+            ),
+            Some(1)
+        );
+        assert_eq!(value(&text, TTFT_COUNT), Some(2));
+        assert_eq!(
+            value(
+                &text,
+                "inferrail_ttft_seconds_bucket{model=\"m\",le=\"0.005\"}"
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            value(&text, "inferrail_retries_total{model=\"m\"}"),
+            Some(2)
+        );
+        assert_eq!(
+            value(&text, "inferrail_retries_total{model=\"n\"}"),
+            Some(0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "inferrail_routing_decisions_total{model=\"m\",policy=\"p2c\"}"
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            value(&text, "inferrail_errors_total{reason=\"fleet_full\"}"),
+            Some(2)
+        );
+        assert_eq!(
+            value(
+                &text,
+                "inferrail_requests_total{model=\"(none)\",replica=\"(none)\",outcome=\"rejected\"}"
+            ),
+            Some(2)
+        );
+        // Each series is rendered once, in the current layout's order.
+        assert_eq!(text.matches(R1_OK).count(), 1);
+        let m = text
+            .find("inferrail_retries_total{model=\"m\"}")
+            .unwrap_or(0);
+        let n = text
+            .find("inferrail_retries_total{model=\"n\"}")
+            .unwrap_or(usize::MAX);
+        assert!(n < m, "{text}");
+    }
+
+    #[test]
+    fn retired_epoch_folds_and_counters_stay_monotonic() {
+        let e1 = MetricsEpoch::new(layout_of(&["m"], &["r0", "r1"]), 1);
+        let mut history = MetricsHistory::new(Arc::clone(&e1));
+        e1.recorders[0].request(Some(0), Some(1), Outcome::Success);
+        e1.recorders[0].ttft(Some(0), Duration::from_millis(1));
+        assert_eq!(value(&history.render(), R1_OK), Some(1));
+
+        let e2 = MetricsEpoch::new(layout_of(&["m"], &["r1"]), 1);
+        history.push(Arc::clone(&e2));
+        // A request that started under e1 still writes into it.
+        e1.recorders[0].request(Some(0), Some(1), Outcome::Success);
+        let text = history.render();
+        assert_eq!(history.live_epochs(), 2, "e1 is still held");
+        assert_eq!(value(&text, R1_OK), Some(2));
+
+        // A core still holding one recorder (not the epoch) keeps the epoch alive too.
+        let held = Arc::clone(&e1.recorders[0]);
+        drop(e1);
+        assert_eq!(value(&history.render(), R1_OK), Some(2));
+        assert_eq!(history.live_epochs(), 2);
+        held.request(Some(0), Some(1), Outcome::Success);
+        drop(held);
+
+        let mut last = 0;
+        for round in 0..3 {
+            let text = history.render();
+            assert_eq!(history.live_epochs(), 1, "e1 folded");
+            let now = value(&text, R1_OK).unwrap_or(0);
+            assert!(now >= last, "counter went back: {last} -> {now}");
+            assert_eq!(now, 3 + round);
+            assert_eq!(value(&text, TTFT_COUNT), Some(1));
+            last = now;
+            e2.recorders[0].request(Some(0), Some(0), Outcome::Success);
+        }
+
+        // The current epoch is never folded, even when nobody else holds it.
+        drop(e2);
+        assert_eq!(value(&history.render(), R1_OK), Some(6));
+        assert_eq!(history.live_epochs(), 1);
+    }
+
+    #[test]
+    fn departed_replica_series_disappear() {
+        let e1 = MetricsEpoch::new(layout_of(&["m", "old"], &["r0", "r1"]), 1);
+        let mut history = MetricsHistory::new(Arc::clone(&e1));
+        e1.recorders[0].request(Some(0), Some(0), Outcome::Success);
+        e1.recorders[0].request(Some(1), Some(1), Outcome::Success);
+        e1.recorders[0].request(Some(0), None, Outcome::Failed);
+        e1.recorders[0].ttft(Some(1), Duration::from_millis(1));
+        e1.recorders[0].in_flight(0, 1);
+        let text = history.render();
+        assert_eq!(value(&text, R0_OK), Some(1));
+        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r0\"}"), Some(1));
+
+        history.push(MetricsEpoch::new(layout_of(&["m"], &["r1"]), 1));
+        for _ in 0..2 {
+            let text = history.render();
+            assert!(!text.contains("replica=\"r0\""), "{text}");
+            assert!(!text.contains("model=\"old\""), "{text}");
+            assert_eq!(
+                value(
+                    &text,
+                    "inferrail_requests_total{model=\"m\",replica=\"(none)\",outcome=\"failed\"}"
+                ),
+                Some(1),
+                "requests never routed still render"
+            );
+            assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(0));
+        }
+        drop(e1);
+        let text = history.render();
+        assert_eq!(history.live_epochs(), 1);
+        assert!(!text.contains("replica=\"r0\""), "{text}");
+
+        // A replica that comes back starts a fresh series.
+        let e3 = MetricsEpoch::new(layout_of(&["m"], &["r1", "r0"]), 1);
+        history.push(Arc::clone(&e3));
+        let text = history.render();
+        assert_eq!(value(&text, R0_OK), None, "{text}");
+        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r0\"}"), Some(0));
+        e3.recorders[0].request(Some(0), Some(1), Outcome::Success);
+        assert_eq!(value(&history.render(), R0_OK), Some(1));
+    }
+
+    #[test]
+    fn in_flight_of_a_live_old_epoch_still_shows() {
+        let e1 = MetricsEpoch::new(layout_of(&["m"], &["r0", "r1"]), 2);
+        let mut history = MetricsHistory::new(Arc::clone(&e1));
+        e1.recorders[0].in_flight(1, 1);
+        e1.recorders[1].in_flight(1, 1);
+        e1.recorders[1].pending(1, 1);
+        let e2 = MetricsEpoch::new(layout_of(&["m"], &["r1"]), 2);
+        history.push(Arc::clone(&e2));
+        e2.recorders[0].in_flight(0, 1);
+        e2.recorders[0].pending(0, 1);
+
+        let text = history.render();
+        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(3));
+        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(2));
+
+        e1.recorders[0].in_flight(1, -1);
+        e1.recorders[1].in_flight(1, -1);
+        e1.recorders[1].pending(1, -1);
+        drop(e1);
+        let text = history.render();
+        assert_eq!(history.live_epochs(), 1);
+        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(1));
+        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(1));
+    }
+
+    #[test]
+    fn history_with_one_epoch_renders_like_render() {
+        let e = MetricsEpoch::new(layout(), 2);
+        let mut history = MetricsHistory::new(Arc::clone(&e));
+        e.recorders[0].request(Some(0), Some(1), Outcome::Success);
+        e.recorders[1].request(None, None, Outcome::Rejected);
+        e.recorders[1].duration(Some(0), Duration::from_millis(40));
+        e.recorders[0].in_flight(0, 1);
+        assert_eq!(history.render(), render(&e.layout, &e.recorders));
+    }
+
+    #[test]
+    fn mismatched_recorders_are_skipped() {
+        let small = Arc::new(CoreRecorder::new(&layout_of(&["m"], &["r0"])));
+        small.request(Some(0), Some(0), Outcome::Success);
+        let text = render(&layout(), &[small]);
+        assert!(!text.contains("inferrail_requests_total{"), "{text}");
     }
 }

@@ -13,6 +13,7 @@ pub mod chunked;
 pub mod error_body;
 pub mod head;
 pub mod headers;
+pub mod json_field;
 pub mod model_field;
 pub mod response;
 

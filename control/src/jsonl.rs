@@ -1,0 +1,253 @@
+//! JSON-lines plumbing shared by the shadow worker and the decision log: a buffered line writer
+//! flushed on a deadline, the observer thread loop that feeds it, and the on-disk form of a
+//! routing candidate (written by both logs, read back by the shadow replay).
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use inferrail_dataplane::policy::Candidate;
+use inferrail_dataplane::Snapshot;
+use serde_json::{json, Value};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest time a written line may sit in the buffer before it is flushed to the file.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// A JSON-lines file opened for appending, buffered, flushed within [`FLUSH_EVERY`] of the
+/// oldest unflushed line. After the first I/O error it stops writing and keeps that error.
+pub(crate) struct LineWriter {
+    out: BufWriter<File>,
+    /// When the oldest line not yet flushed was written.
+    dirty_since: Option<Instant>,
+    error: Option<io::Error>,
+}
+
+impl LineWriter {
+    /// Opens (creating if needed) `path` for appending.
+    pub(crate) fn open(path: &Path) -> io::Result<LineWriter> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(LineWriter {
+            out: BufWriter::with_capacity(64 * 1024, file),
+            dirty_since: None,
+            error: None,
+        })
+    }
+
+    /// Appends `value` as one line; `now` starts the flush deadline if the buffer was clean.
+    pub(crate) fn write(&mut self, value: &Value, now: Instant) {
+        if self.error.is_some() {
+            return;
+        }
+        let res = serde_json::to_writer(&mut self.out, value)
+            .map_err(io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"));
+        match res {
+            Ok(()) => {
+                self.dirty_since.get_or_insert(now);
+            }
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// When the buffer must be flushed next, if it holds anything.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.dirty_since.map(|t| t + FLUSH_EVERY)
+    }
+
+    /// Flushes if the deadline has passed at `now`.
+    pub(crate) fn flush_if_due(&mut self, now: Instant) {
+        if self.deadline().is_some_and(|d| now >= d) {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        self.dirty_since = None;
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    /// The first I/O error, as text, if writing failed.
+    pub(crate) fn error_text(&self) -> Option<String> {
+        self.error.as_ref().map(ToString::to_string)
+    }
+
+    /// Flushes everything and returns the first I/O error, if any.
+    pub(crate) fn finish(mut self) -> io::Result<()> {
+        self.flush();
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An observer thread draining a channel into a handler; see [`spawn_worker`].
+pub(crate) struct Worker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Worker {
+    /// Asks the thread to stop (it handles what is already queued, then flushes) and waits.
+    /// Returns the writer's first I/O error, if any.
+    pub(crate) fn stop(mut self) -> io::Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("observer thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+/// Starts thread `name`: it builds its handler with `make` (on the thread, so the handler need
+/// not be `Send`), passes every item from `rx` to it together with the writer, and flushes the
+/// writer within [`FLUSH_EVERY`] of each write. It ends when every sender is gone or on
+/// [`Worker::stop`], handling the items already queued first and flushing at the end.
+pub(crate) fn spawn_worker<T, M, H>(
+    name: &str,
+    rx: Receiver<T>,
+    writer: Option<LineWriter>,
+    make: M,
+) -> io::Result<Worker>
+where
+    T: Send + 'static,
+    M: FnOnce() -> H + Send + 'static,
+    H: FnMut(T, Option<&mut LineWriter>),
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || run(rx, writer, flag, make()))?;
+    Ok(Worker {
+        stop,
+        thread: Some(thread),
+    })
+}
+
+fn run<T, H>(
+    rx: Receiver<T>,
+    mut writer: Option<LineWriter>,
+    stop: Arc<AtomicBool>,
+    mut handle: H,
+) -> io::Result<()>
+where
+    H: FnMut(T, Option<&mut LineWriter>),
+{
+    loop {
+        if stop.load(Ordering::Acquire) {
+            // Bounded drain: what is queued now, not what producers keep adding.
+            for _ in 0..rx.len() {
+                match rx.try_recv() {
+                    Ok(item) => handle(item, writer.as_mut()),
+                    Err(_) => break,
+                }
+            }
+            break;
+        }
+        let now = Instant::now();
+        let wait = writer
+            .as_ref()
+            .and_then(LineWriter::deadline)
+            .map_or(FLUSH_EVERY, |d| d.saturating_duration_since(now))
+            .min(FLUSH_EVERY);
+        match rx.recv_timeout(wait) {
+            Ok(item) => handle(item, writer.as_mut()),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if let Some(w) = writer.as_mut() {
+            w.flush_if_due(Instant::now());
+        }
+    }
+    writer.map_or(Ok(()), LineWriter::finish)
+}
+
+/// The logged form of a candidate: its replica index and id, and every load field a policy
+/// reads. [`candidate_from_json`] must read back exactly what this writes.
+pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
+    json!({
+        "index": c.replica,
+        "id": snapshot.replicas.get(c.replica).map(|r| r.id.as_str()),
+        "in_flight": c.in_flight,
+        "pending": c.pending,
+    })
+}
+
+/// Reads back a candidate written by [`candidate_json`]: the candidate and its replica id, or
+/// `None` naming nothing when a field is missing or out of range.
+pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
+    let field = |name: &str| v.get(name).and_then(Value::as_u64);
+    let replica = usize::try_from(field("index")?).ok()?;
+    let in_flight = u32::try_from(field("in_flight")?).ok()?;
+    let pending = u32::try_from(field("pending")?).ok()?;
+    let id = v.get("id")?.as_str()?.to_string();
+    Some((
+        Candidate {
+            replica,
+            in_flight,
+            pending,
+        },
+        id,
+    ))
+}
+
+/// Fixtures for the observer tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use inferrail_dataplane::Snapshot;
+    use std::path::PathBuf;
+
+    /// A snapshot of `generation`: models `m0` (round_robin) and `m1` (p2c), replicas `r0`..`r3`
+    /// serving both.
+    pub(crate) fn snapshot(generation: u64) -> Snapshot {
+        let yaml = "\
+models:
+  - name: m0
+    policy: round_robin
+  - name: m1
+    policy: p2c
+replicas:
+  - {id: r0, url: 'http://127.0.0.1:9001', models: [m0, m1]}
+  - {id: r1, url: 'http://127.0.0.1:9002', models: [m0, m1]}
+  - {id: r2, url: 'http://127.0.0.1:9003', models: [m0, m1]}
+  - {id: r3, url: 'http://127.0.0.1:9004', models: [m0, m1]}
+";
+        let config = inferrail_config::parse_str(yaml).expect("test config parses");
+        let addrs: Vec<_> = (0..4)
+            .map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 9001 + i)))
+            .collect();
+        Snapshot::build(&config, &addrs, generation, 0).expect("test snapshot builds")
+    }
+
+    /// A fresh path in the temp directory, unique per test and process.
+    pub(crate) fn temp_path(name: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!(
+            "inferrail-{name}-{}-{:?}.jsonl",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        path
+    }
+}
