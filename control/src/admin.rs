@@ -1,77 +1,106 @@
-//! The control thread: serves the admin listener (merged `/metrics`, `/health`) on its own
-//! monoio runtime, off the data cores.
+//! The admin listener on the control thread: merged `/metrics`, `/health`, and the admin API
+//! (`/admin/replicas`, `/admin/config` GET and PATCH, `/admin/reload`, `/admin/shadow`).
+//!
+//! It has no authentication: it listens on 127.0.0.1 by default and must not be exposed.
 
-use inferrail_dataplane::metrics::{render, CoreRecorder, MetricsLayout};
-use inferrail_dataplane::{ShutdownSignal, Snapshot};
-use inferrail_wire::{full_response, openai_error, ErrorKind, Method, RequestHead};
+use crate::admin_api;
+use crate::controller::Controller;
+use inferrail_wire::{full_response, openai_error, BodyFraming, ErrorKind, Method, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
-use std::net::SocketAddr;
+use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// What the admin endpoints read.
-pub struct AdminState {
-    /// Label layout of the recorders.
-    pub layout: Arc<MetricsLayout>,
-    /// Every core's recorder.
-    pub recorders: Vec<Arc<CoreRecorder>>,
-    /// The snapshot in effect.
-    pub snapshot: Arc<Snapshot>,
+/// Largest admin request body (a config patch).
+const MAX_ADMIN_BODY: usize = 1024 * 1024;
+
+/// Accepts admin connections until `stop` completes.
+pub async fn serve(
+    listener: TcpListener,
+    ctl: Rc<RefCell<Controller>>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    monoio::spawn(serve_connection(ctl.clone(), stream));
+                } else {
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
 }
 
-/// Binds `addr` and starts the control thread. Returns its handle and the bound address.
-pub fn spawn(
-    addr: SocketAddr,
-    state: AdminState,
-    shutdown: Arc<ShutdownSignal>,
-) -> std::io::Result<(JoinHandle<()>, SocketAddr)> {
-    let std_listener = std::net::TcpListener::bind(addr)?;
-    std_listener.set_nonblocking(true)?;
-    let bound = std_listener.local_addr()?;
-    let handle = std::thread::Builder::new()
-        .name("inferrail-control".into())
-        .spawn(move || {
-            let rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-                .enable_timer()
-                .build();
-            let mut rt = match rt {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("inferrail: control thread runtime failed: {e}");
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                let listener = match TcpListener::from_std(std_listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("inferrail: admin listener failed: {e}");
-                        return;
-                    }
-                };
-                let state = Rc::new(state);
-                let mut stop = std::pin::pin!(shutdown.wait());
-                loop {
-                    monoio::select! {
-                        _ = &mut stop => break,
-                        accepted = listener.accept() => {
-                            if let Ok((stream, _)) = accepted {
-                                monoio::spawn(serve_admin(state.clone(), stream));
-                            } else {
-                                monoio::time::sleep(Duration::from_millis(10)).await;
-                            }
-                        }
-                    }
-                }
-            });
-        })?;
-    Ok((handle, bound))
+/// Reads into `buf` until it holds at least `want` bytes. False on EOF, error or timeout.
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
+    while buf.len() < want {
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        let len = buf.len();
+        let cap = buf.capacity();
+        let owned = std::mem::take(buf);
+        let read = monoio::time::timeout(
+            Duration::from_secs(30),
+            stream.read(monoio::buf::IoBufMut::slice_mut(owned, len..cap)),
+        )
+        .await;
+        let Ok((res, slice)) = read else { return false };
+        *buf = slice.into_inner();
+        match res {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    true
 }
 
-async fn serve_admin(state: Rc<AdminState>, mut stream: TcpStream) {
+/// A response to write: status, extra headers, JSON or text body.
+pub struct AdminResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// Content type.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: Vec<u8>,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, &'static [u8])>,
+}
+
+impl AdminResponse {
+    /// A JSON answer.
+    pub fn json(status: u16, value: &serde_json::Value) -> AdminResponse {
+        AdminResponse {
+            status,
+            content_type: "application/json",
+            body: serde_json::to_vec(value).unwrap_or_default(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// An OpenAI-shaped error.
+    pub fn error(kind: ErrorKind, message: &str) -> AdminResponse {
+        AdminResponse {
+            status: kind.status(),
+            content_type: "application/json",
+            body: openai_error(kind, message, None),
+            headers: Vec::new(),
+        }
+    }
+
+    fn method_not_allowed(allow: &'static [u8]) -> AdminResponse {
+        let mut r = AdminResponse::error(ErrorKind::MethodNotAllowed, "Method Not Allowed");
+        r.headers.push(("allow", allow));
+        r
+    }
+}
+
+async fn serve_connection(ctl: Rc<RefCell<Controller>>, mut stream: TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
         let head = loop {
@@ -83,57 +112,100 @@ async fn serve_admin(state: Rc<AdminState>, mut stream: TcpStream) {
                 Ok(None) if buf.len() < 64 * 1024 => {}
                 _ => return,
             }
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(4096);
-            }
-            let len = buf.len();
-            let cap = buf.capacity();
-            let read = monoio::time::timeout(
-                Duration::from_secs(30),
-                stream.read(monoio::buf::IoBufMut::slice_mut(buf, len..cap)),
-            )
-            .await;
-            let Ok((res, slice)) = read else { return };
-            buf = slice.into_inner();
-            match res {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            let want = buf.len() + 1;
+            if !fill(&mut stream, &mut buf, want).await {
+                return;
             }
         };
-        let head_only = head.method == Method::Head;
-        let get = matches!(head.method, Method::Get | Method::Head);
-        let response = match (head.path(), get) {
-            (b"/metrics", true) => {
-                let text = render(&state.layout, &state.recorders);
-                full_response(
-                    200,
-                    &[],
-                    Some("text/plain; version=0.0.4; charset=utf-8"),
-                    text.as_bytes(),
-                    head_only,
-                    head.close,
-                )
-            }
-            (b"/health", true) => full_response(200, &[], None, b"", head_only, head.close),
-            (b"/metrics" | b"/health", false) => {
-                let body = openai_error(ErrorKind::MethodNotAllowed, "Method Not Allowed", None);
-                full_response(
-                    405,
-                    &[("allow", b"GET, HEAD")],
-                    Some("application/json"),
-                    &body,
-                    false,
-                    head.close,
-                )
+        let started = Instant::now();
+        let body_len = match head.framing {
+            BodyFraming::Length(n) if n as usize <= MAX_ADMIN_BODY => n as usize,
+            BodyFraming::Length(_) => {
+                let r = AdminResponse::error(ErrorKind::PayloadTooLarge, "admin request body too large");
+                write(&mut stream, r, false, true).await;
+                return;
             }
             _ => {
-                let body = openai_error(ErrorKind::NotFound, "Not Found", None);
-                full_response(404, &[], Some("application/json"), &body, false, head.close)
+                let r = AdminResponse::error(
+                    ErrorKind::BadRequest,
+                    "admin requests need a content-length body",
+                );
+                write(&mut stream, r, false, true).await;
+                return;
             }
         };
-        let (res, _) = stream.write_all(response).await;
-        if res.is_err() || head.close || head.framing != inferrail_wire::BodyFraming::Length(0) {
+        if !fill(&mut stream, &mut buf, body_len).await {
             return;
         }
+        let body: Vec<u8> = buf.drain(..body_len).collect();
+        let head_only = head.method == Method::Head;
+        let response = route(&ctl, &head, &body, started);
+        if !write(&mut stream, response, head_only, head.close).await || head.close {
+            return;
+        }
+    }
+}
+
+async fn write(stream: &mut TcpStream, r: AdminResponse, head_only: bool, close: bool) -> bool {
+    let bytes = full_response(
+        r.status,
+        &r.headers,
+        Some(r.content_type),
+        &r.body,
+        head_only,
+        close,
+    );
+    let (res, _) = stream.write_all(bytes).await;
+    res.is_ok()
+}
+
+fn route(
+    ctl: &Rc<RefCell<Controller>>,
+    head: &RequestHead,
+    body: &[u8],
+    started: Instant,
+) -> AdminResponse {
+    let get = matches!(head.method, Method::Get | Method::Head);
+    let path = head.path();
+    match path {
+        b"/metrics" if get => AdminResponse {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: admin_api::metrics_text(&mut ctl.borrow_mut()).into_bytes(),
+            headers: Vec::new(),
+        },
+        b"/health" if get => AdminResponse {
+            status: 200,
+            content_type: "text/plain",
+            body: Vec::new(),
+            headers: Vec::new(),
+        },
+        b"/metrics" | b"/health" | b"/admin/replicas" | b"/admin/shadow" => {
+            if get {
+                let ctl = ctl.borrow();
+                if path == b"/admin/replicas" {
+                    AdminResponse::json(200, &admin_api::replicas(&ctl, Instant::now()))
+                } else {
+                    AdminResponse::json(200, &admin_api::shadow(&ctl))
+                }
+            } else {
+                AdminResponse::method_not_allowed(b"GET, HEAD")
+            }
+        }
+        b"/admin/config" => match head.method {
+            Method::Get | Method::Head => AdminResponse::json(200, &admin_api::config(&ctl.borrow())),
+            Method::Other if head.bytes.starts_with(b"PATCH ") => {
+                admin_api::patch_config(&mut ctl.borrow_mut(), body, started)
+            }
+            _ => AdminResponse::method_not_allowed(b"GET, HEAD, PATCH"),
+        },
+        b"/admin/reload" => {
+            if head.method == Method::Post {
+                admin_api::reload(&mut ctl.borrow_mut(), started)
+            } else {
+                AdminResponse::method_not_allowed(b"POST")
+            }
+        }
+        _ => AdminResponse::error(ErrorKind::NotFound, "Not Found"),
     }
 }

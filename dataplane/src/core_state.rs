@@ -1,27 +1,35 @@
-//! The state one data core owns: its current snapshot, per-replica load and breaker counts,
-//! routing policy objects, idle upstream connections, random numbers and request ids.
+//! The state one data core owns: its view of the current snapshot (per-replica load and breaker
+//! counts, routing policy objects, the metrics recorder), idle upstream connections, random
+//! numbers and request ids.
 //!
 //! Everything here is `Rc`/`Cell`/`RefCell`: it is only ever touched by its own core's thread,
 //! and no `RefCell` borrow is held across an `.await`.
 
-use crate::metrics::{CoreRecorder, MetricsLayout};
-use crate::policy::{self, Candidate, RoutingPolicy};
+use crate::doorbell::Doorbell;
+use crate::metrics::CoreRecorder;
+use crate::policy::{self, Candidate, EngineView, RoutingPolicy};
 use crate::pool::IdlePool;
+use crate::reports::{ReplicaReport, ReportQueue};
 use crate::rng::Rng;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::{core_share, Snapshot};
+use inferrail_config::PolicyKind;
 use inferrail_sync::Mailbox;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
 use std::os::fd::RawFd;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
-/// One replica as seen by one core.
+/// One replica as seen by one core. Kept across snapshots while the replica's registry key stays.
 #[derive(Debug)]
 pub struct ReplicaState {
-    /// Replica id (matches the snapshot entry).
-    pub id: String,
+    /// Registry key (matches the snapshot entry's `spec.key`).
+    pub key: u64,
     /// Requests this core has in flight to the replica.
     pub in_flight: Cell<u32>,
     /// Requests this core has waiting for the replica's response head.
@@ -32,15 +40,80 @@ pub struct ReplicaState {
     pub cap_pending: Cell<u32>,
     /// Idle keep-alive connections to the replica.
     pub pool: IdlePool,
-    /// Index of the replica in the metrics layout, if it has one.
-    pub metrics_slot: Option<usize>,
+    /// Failed requests in a row this core saw on the replica.
+    local_streak: Cell<u32>,
+    /// In rotation in the newest snapshot this core adopted.
+    routable: Cell<bool>,
+    /// Bumped each time the replica leaves rotation; waiting requests watch it.
+    down_epoch: Cell<u64>,
+    /// Requests waiting for a response head that want to hear when the replica leaves rotation.
+    down_waiters: RefCell<Vec<Waker>>,
 }
 
 impl ReplicaState {
+    fn new(key: u64) -> ReplicaState {
+        ReplicaState {
+            key,
+            in_flight: Cell::new(0),
+            pending: Cell::new(0),
+            cap_in_flight: Cell::new(0),
+            cap_pending: Cell::new(0),
+            pool: IdlePool::default(),
+            local_streak: Cell::new(0),
+            routable: Cell::new(true),
+            down_epoch: Cell::new(0),
+            down_waiters: RefCell::new(Vec::new()),
+        }
+    }
+
     /// True when one more request fits under both of this core's caps.
     pub fn has_room(&self) -> bool {
         self.in_flight.get() < self.cap_in_flight.get()
             && self.pending.get() < self.cap_pending.get()
+    }
+
+    /// Whether the newest snapshot this core adopted has the replica in rotation.
+    pub fn routable(&self) -> bool {
+        self.routable.get()
+    }
+
+    fn set_routable(&self, routable: bool) {
+        let was = self.routable.replace(routable);
+        if was && !routable {
+            self.down_epoch.set(self.down_epoch.get() + 1);
+            for w in self.down_waiters.borrow_mut().drain(..) {
+                w.wake();
+            }
+        }
+    }
+
+    /// A future that completes when the replica leaves rotation (health checks or ejection).
+    pub fn left_rotation(self: &Rc<Self>) -> LeftRotation {
+        LeftRotation {
+            replica: self.clone(),
+            seen: self.down_epoch.get(),
+        }
+    }
+}
+
+/// Future of [`ReplicaState::left_rotation`].
+pub struct LeftRotation {
+    replica: Rc<ReplicaState>,
+    seen: u64,
+}
+
+impl Future for LeftRotation {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.replica.down_epoch.get() != self.seen {
+            return Poll::Ready(());
+        }
+        let mut waiters = self.replica.down_waiters.borrow_mut();
+        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 
@@ -49,6 +122,7 @@ impl ReplicaState {
 pub struct ReplicaSlot {
     replica: Rc<ReplicaState>,
     recorder: Arc<CoreRecorder>,
+    metrics_slot: usize,
     pending: bool,
 }
 
@@ -58,6 +132,7 @@ impl ReplicaSlot {
         if self.pending {
             self.pending = false;
             self.replica.pending.set(self.replica.pending.get() - 1);
+            self.recorder.pending(self.metrics_slot, -1);
         }
     }
 
@@ -71,9 +146,106 @@ impl Drop for ReplicaSlot {
     fn drop(&mut self) {
         self.head_received();
         self.replica.in_flight.set(self.replica.in_flight.get() - 1);
-        if let Some(slot) = self.replica.metrics_slot {
-            self.recorder.in_flight(slot, -1);
+        self.recorder.in_flight(self.metrics_slot, -1);
+    }
+}
+
+/// A routing policy object shared by the views that keep it.
+pub type PolicyCell = Rc<RefCell<Box<dyn RoutingPolicy>>>;
+
+/// One core's view of one snapshot: the snapshot, this core's state of each of its replicas (by
+/// snapshot index), the policy objects of each model's arms, and the recorder to write into. A
+/// request holds one view from start to end, retries included.
+pub struct CoreView {
+    /// The snapshot.
+    pub snap: Arc<Snapshot>,
+    /// Per-replica state, indexed like `snap.replicas`.
+    pub replicas: Vec<Rc<ReplicaState>>,
+    /// Policy objects, `arms[model][arm]`.
+    pub arms: Vec<Vec<PolicyCell>>,
+    /// This core's recorder in the snapshot's metrics epoch.
+    pub recorder: Arc<CoreRecorder>,
+    /// This core's index (to read the other cores' load out of the snapshot).
+    core: usize,
+}
+
+impl CoreView {
+    /// Replicas serving `model` that are in rotation and have room on this core, skipping `tried`
+    /// unless every such replica was tried already. Each carries the fleet-wide load: this core's
+    /// exact counts plus the other cores' as the snapshot last read them, and the engine's own
+    /// report while it is younger than `load.max_age`.
+    pub fn candidates(&self, model: usize, tried: &[usize], now: Instant) -> Vec<Candidate> {
+        let snap = &self.snap;
+        let max_age = snap.settings.max_report_age;
+        let mut candidates: Vec<Candidate> = snap.models[model]
+            .replicas
+            .iter()
+            .filter_map(|&i| {
+                let entry = snap.replicas.get(i)?;
+                let r = self.replicas.get(i)?;
+                if !entry.live.routable || !r.has_room() {
+                    return None;
+                }
+                let others = entry.others(self.core);
+                let engine = entry.live.report.and_then(|rep| {
+                    let age = now.saturating_duration_since(rep.received);
+                    (age <= max_age).then_some(EngineView {
+                        running: rep.running,
+                        waiting: rep.waiting,
+                        kv_cache_usage: rep.kv_cache_usage,
+                        age_micros: age.as_micros().min(u128::from(u64::MAX)) as u64,
+                    })
+                });
+                Some(Candidate {
+                    replica: i,
+                    in_flight: r.in_flight.get().saturating_add(others.in_flight),
+                    pending: r.pending.get().saturating_add(others.pending),
+                    engine,
+                })
+            })
+            .collect();
+        if candidates.iter().any(|c| !tried.contains(&c.replica)) {
+            candidates.retain(|c| !tried.contains(&c.replica));
         }
+        candidates
+    }
+
+    /// Asks arm `arm` of `model`'s policies to choose among `candidates` (non-empty); returns the
+    /// replica index.
+    pub fn choose(&self, model: usize, arm: usize, candidates: &[Candidate], rng: &mut Rng) -> usize {
+        let i = match self.arms.get(model).and_then(|arms| arms.get(arm)) {
+            Some(p) => {
+                let mut p = p.borrow_mut();
+                let i = p.pick(candidates, rng);
+                self.recorder.decision(model, p.kind());
+                i
+            }
+            None => 0,
+        };
+        candidates[i.min(candidates.len() - 1)].replica
+    }
+
+    /// The policy of arm `arm` of `model`.
+    pub fn arm_policy(&self, model: usize, arm: usize) -> PolicyKind {
+        self.snap.models[model]
+            .arms
+            .get(arm)
+            .map_or(PolicyKind::LeastRequest, |a| a.policy)
+    }
+
+    /// Takes a slot on replica `index` (in flight and pending). The caller checked `has_room`.
+    pub fn acquire(&self, index: usize) -> Option<ReplicaSlot> {
+        let replica = self.replicas.get(index)?.clone();
+        replica.in_flight.set(replica.in_flight.get() + 1);
+        replica.pending.set(replica.pending.get() + 1);
+        self.recorder.in_flight(index, 1);
+        self.recorder.pending(index, 1);
+        Some(ReplicaSlot {
+            replica,
+            recorder: self.recorder.clone(),
+            metrics_slot: index,
+            pending: true,
+        })
     }
 }
 
@@ -83,14 +255,12 @@ pub struct CoreContext {
     pub index: usize,
     /// Number of data cores.
     pub cores: usize,
-    snapshot: RefCell<Arc<Snapshot>>,
+    view: RefCell<Rc<CoreView>>,
     mailbox: Arc<Mailbox<Snapshot>>,
-    replicas: RefCell<Vec<Rc<ReplicaState>>>,
-    policies: RefCell<Vec<Box<dyn RoutingPolicy>>>,
+    /// Rung by the control thread after it publishes a snapshot.
+    pub doorbell: Arc<Doorbell>,
+    reports: Arc<ReportQueue>,
     rng: RefCell<Rng>,
-    /// This core's metrics recorder.
-    pub recorder: Arc<CoreRecorder>,
-    layout: Arc<MetricsLayout>,
     /// Fired when the gateway shuts down.
     pub shutdown: Arc<ShutdownSignal>,
     /// Requests being handled on this core now.
@@ -128,145 +298,90 @@ impl Drop for ConnectionEntry {
     }
 }
 
+/// What a core needs from the rest of the process.
+pub struct CoreLinks {
+    /// Snapshots from the control thread.
+    pub mailbox: Arc<Mailbox<Snapshot>>,
+    /// Rung after each publication.
+    pub doorbell: Arc<Doorbell>,
+    /// Request results for the control thread's ejection logic.
+    pub reports: Arc<ReportQueue>,
+    /// Shutdown.
+    pub shutdown: Arc<ShutdownSignal>,
+}
+
 impl CoreContext {
-    /// A core context starting from `snapshot`, taking later ones from `mailbox`.
-    #[allow(clippy::too_many_arguments)]
+    /// A core context starting from `snapshot`, taking later ones from the mailbox.
     pub fn new(
         index: usize,
         cores: usize,
         snapshot: Arc<Snapshot>,
-        mailbox: Arc<Mailbox<Snapshot>>,
-        recorder: Arc<CoreRecorder>,
-        layout: Arc<MetricsLayout>,
-        shutdown: Arc<ShutdownSignal>,
+        links: CoreLinks,
         seed: u64,
         id_seed: u64,
     ) -> CoreContext {
-        let ctx = CoreContext {
+        let view = build_view(index, cores, snapshot, None);
+        CoreContext {
             index,
             cores,
-            snapshot: RefCell::new(snapshot.clone()),
-            mailbox,
-            replicas: RefCell::new(Vec::new()),
-            policies: RefCell::new(Vec::new()),
+            view: RefCell::new(Rc::new(view)),
+            mailbox: links.mailbox,
+            doorbell: links.doorbell,
+            reports: links.reports,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
-            recorder,
-            layout,
-            shutdown,
+            shutdown: links.shutdown,
             active_requests: Cell::new(0),
             ids: RefCell::new(Rng::new(id_seed)),
             connections: RefCell::new(HashMap::new()),
             next_connection: Cell::new(0),
-        };
-        ctx.adopt(snapshot);
-        ctx
+        }
     }
 
-    /// The snapshot to use for a new request: the latest one the control thread published.
+    /// The view to use for a new request: of the latest snapshot the control thread published.
     /// Costs one atomic load when nothing new arrived.
-    pub fn current(&self) -> Arc<Snapshot> {
-        if let Some(newer) = self.mailbox.take() {
-            self.adopt(newer);
-        }
-        self.snapshot.borrow().clone()
+    pub fn current(&self) -> Rc<CoreView> {
+        self.refresh();
+        self.view.borrow().clone()
     }
 
-    /// Rebuilds per-replica state for `snap`, keeping the counts and pools of replicas that stay.
-    fn adopt(&self, snap: Arc<Snapshot>) {
-        let old: Vec<Rc<ReplicaState>> = std::mem::take(&mut *self.replicas.borrow_mut());
-        let replicas = snap
-            .replicas
-            .iter()
-            .map(|r| {
-                let state = old
-                    .iter()
-                    .find(|o| o.id == r.id)
-                    .cloned()
-                    .unwrap_or_else(|| {
-                        Rc::new(ReplicaState {
-                            id: r.id.clone(),
-                            in_flight: Cell::new(0),
-                            pending: Cell::new(0),
-                            cap_in_flight: Cell::new(0),
-                            cap_pending: Cell::new(0),
-                            pool: IdlePool::default(),
-                            metrics_slot: self.layout.replicas.iter().position(|id| *id == r.id),
-                        })
-                    });
-                state
-                    .cap_in_flight
-                    .set(core_share(r.max_concurrency, self.cores, self.index));
-                state
-                    .cap_pending
-                    .set(core_share(r.max_pending, self.cores, self.index));
-                state
-            })
-            .collect();
-        *self.replicas.borrow_mut() = replicas;
-        let policies = snap
-            .models
-            .iter()
-            .map(|m| policy::build(m.policy).unwrap_or_else(|| Box::new(policy::LeastRequest)))
-            .collect();
-        *self.policies.borrow_mut() = policies;
-        *self.snapshot.borrow_mut() = snap;
-    }
-
-    /// The state of replica `index` in the current snapshot.
-    pub fn replica(&self, index: usize) -> Option<Rc<ReplicaState>> {
-        self.replicas.borrow().get(index).cloned()
-    }
-
-    /// Replicas serving `model` that have room on this core, skipping `tried` unless every
-    /// replica with room was tried already.
-    pub fn candidates(&self, snap: &Snapshot, model: usize, tried: &[usize]) -> Vec<Candidate> {
-        let replicas = self.replicas.borrow();
-        let mut candidates: Vec<Candidate> = snap.models[model]
-            .replicas
-            .iter()
-            .filter_map(|&i| {
-                let r = replicas.get(i)?;
-                r.has_room().then(|| Candidate {
-                    replica: i,
-                    in_flight: r.in_flight.get(),
-                    pending: r.pending.get(),
-                })
-            })
-            .collect();
-        if candidates.iter().any(|c| !tried.contains(&c.replica)) {
-            candidates.retain(|c| !tried.contains(&c.replica));
-        }
-        candidates
-    }
-
-    /// Asks `model`'s policy to choose among `candidates` (non-empty); returns the replica index.
-    pub fn choose(&self, model: usize, candidates: &[Candidate]) -> usize {
-        let mut policies = self.policies.borrow_mut();
-        let mut rng = self.rng.borrow_mut();
-        let i = match policies.get_mut(model) {
-            Some(p) => {
-                let i = p.pick(candidates, &mut rng);
-                self.recorder.decision(model, p.kind());
-                i
-            }
-            None => 0,
+    /// Adopts a newly published snapshot, if any: replicas that left rotation wake the requests
+    /// waiting on them. Returns whether one was adopted.
+    pub fn refresh(&self) -> bool {
+        let Some(newer) = self.mailbox.take() else {
+            return false;
         };
-        candidates[i.min(candidates.len() - 1)].replica
+        let old = self.view.borrow().clone();
+        let view = build_view(self.index, self.cores, newer, Some(&old));
+        *self.view.borrow_mut() = Rc::new(view);
+        true
     }
 
-    /// Takes a slot on replica `index` (in flight and pending). The caller checked `has_room`.
-    pub fn acquire(&self, index: usize) -> Option<ReplicaSlot> {
-        let replica = self.replica(index)?;
-        replica.in_flight.set(replica.in_flight.get() + 1);
-        replica.pending.set(replica.pending.get() + 1);
-        if let Some(slot) = replica.metrics_slot {
-            self.recorder.in_flight(slot, 1);
+    /// Runs `f` with this core's random number generator.
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut Rng) -> T) -> T {
+        f(&mut self.rng.borrow_mut())
+    }
+
+    /// Reports a finished attempt on a replica to the control thread (never blocks). Failures are
+    /// always reported; a success only when it closes a failure streak this core or the control
+    /// thread has open, so healthy traffic sends nothing.
+    pub fn report(&self, view: &CoreView, replica: usize, ok: bool) {
+        let (Some(state), Some(entry)) = (view.replicas.get(replica), view.snap.replicas.get(replica))
+        else {
+            return;
+        };
+        if ok {
+            let open = state.local_streak.replace(0) > 0 || entry.live.failure_streak;
+            if !open {
+                return;
+            }
+        } else {
+            state.local_streak.set(state.local_streak.get().saturating_add(1));
         }
-        Some(ReplicaSlot {
-            replica,
-            recorder: self.recorder.clone(),
-            pending: true,
-        })
+        self.reports.push(ReplicaReport {
+            key: state.key,
+            ok,
+            at: Instant::now(),
+        });
     }
 
     /// Registers a client connection's socket until the returned entry is dropped.
@@ -306,5 +421,71 @@ impl CoreContext {
             }
         }
         id
+    }
+}
+
+/// Builds core `core`'s view of `snap`, keeping from `old` the state of replicas whose key stays
+/// and the policy objects of arms whose model, policy and settings fingerprint stay.
+fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreView>) -> CoreView {
+    let replicas: Vec<Rc<ReplicaState>> = snap
+        .replicas
+        .iter()
+        .map(|entry| {
+            let state = old
+                .and_then(|o| o.replicas.iter().find(|s| s.key == entry.spec.key))
+                .cloned()
+                .unwrap_or_else(|| Rc::new(ReplicaState::new(entry.spec.key)));
+            state
+                .cap_in_flight
+                .set(core_share(entry.spec.max_concurrency, cores, core));
+            state
+                .cap_pending
+                .set(core_share(entry.spec.max_pending, cores, core));
+            state.set_routable(entry.live.routable);
+            state
+        })
+        .collect();
+    let arms = snap
+        .models
+        .iter()
+        .map(|m| {
+            m.arms
+                .iter()
+                .map(|arm| {
+                    let kept = old.and_then(|o| {
+                        let (mi, om) = o
+                            .snap
+                            .models
+                            .iter()
+                            .enumerate()
+                            .find(|(_, om)| om.name == m.name)?;
+                        let ai = om
+                            .arms
+                            .iter()
+                            .position(|a| a.policy == arm.policy && a.fingerprint == arm.fingerprint)?;
+                        o.arms.get(mi)?.get(ai).cloned()
+                    });
+                    kept.unwrap_or_else(|| {
+                        Rc::new(RefCell::new(
+                            policy::build(arm.policy)
+                                .unwrap_or_else(|| Box::new(policy::LeastRequest)),
+                        ))
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let recorder = snap
+        .metrics
+        .recorders
+        .get(core)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(CoreRecorder::new(&snap.metrics.layout)));
+    CoreView {
+        snap,
+        replicas,
+        arms,
+        recorder,
+        core,
     }
 }

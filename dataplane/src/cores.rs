@@ -1,9 +1,10 @@
 //! Starting the data cores: one pinned thread per core, each with its own monoio runtime,
 //! SO_REUSEPORT listener and [`CoreContext`].
 
-use crate::core_state::CoreContext;
+use crate::core_state::{CoreContext, CoreLinks};
+use crate::doorbell::Doorbell;
 use crate::http::serve_connection;
-use crate::metrics::{CoreRecorder, MetricsLayout};
+use crate::reports::ReportQueue;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::Snapshot;
 use inferrail_sync::Mailbox;
@@ -57,8 +58,8 @@ pub struct CoreSet {
     threads: Vec<JoinHandle<()>>,
     /// Per-core snapshot mailboxes, written by the control thread.
     pub mailboxes: Vec<Arc<Mailbox<Snapshot>>>,
-    /// Per-core metrics recorders, read by the control thread.
-    pub recorders: Vec<Arc<CoreRecorder>>,
+    /// Per-core doorbells, rung by the control thread after it publishes.
+    pub doorbells: Vec<Arc<Doorbell>>,
     /// The bound listen address (the real port when 0 was asked for).
     pub local_addr: SocketAddr,
 }
@@ -94,11 +95,11 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 }
 
 /// Binds one SO_REUSEPORT listener per core and starts the core threads. Returns once every core
-/// is accepting.
+/// is accepting. `snapshot.metrics` must have a recorder per core.
 pub fn start_cores(
     opts: CoreOptions,
     snapshot: Arc<Snapshot>,
-    layout: Arc<MetricsLayout>,
+    reports: Arc<ReportQueue>,
     shutdown: Arc<ShutdownSignal>,
 ) -> Result<CoreSet, StartError> {
     let cores = opts.cores.max(1);
@@ -126,17 +127,17 @@ pub fn start_cores(
     let mut set = CoreSet {
         threads: Vec::with_capacity(cores),
         mailboxes: Vec::with_capacity(cores),
-        recorders: Vec::with_capacity(cores),
+        doorbells: Vec::with_capacity(cores),
         local_addr: addr,
     };
     for (index, listener) in listeners.into_iter().enumerate() {
         let mailbox = Arc::new(Mailbox::new());
-        let recorder = Arc::new(CoreRecorder::new(&layout));
+        let doorbell = Arc::new(Doorbell::new());
         set.mailboxes.push(mailbox.clone());
-        set.recorders.push(recorder.clone());
+        set.doorbells.push(doorbell.clone());
         let cpu = (!cpu_ids.is_empty()).then(|| cpu_ids[index % cpu_ids.len()]);
         let snapshot = snapshot.clone();
-        let layout = layout.clone();
+        let reports = reports.clone();
         let shutdown = shutdown.clone();
         let ready = ready_tx.clone();
         let opts = opts.clone();
@@ -172,15 +173,18 @@ pub fn start_cores(
                         index,
                         cores,
                         snapshot,
-                        mailbox,
-                        recorder,
-                        layout,
-                        shutdown.clone(),
+                        CoreLinks {
+                            mailbox,
+                            doorbell,
+                            reports,
+                            shutdown: shutdown.clone(),
+                        },
                         opts.seed,
                         id_seed,
                     ));
                     let _ = ready.send(Ok(()));
                     drop(ready);
+                    monoio::spawn(adopt_snapshots(ctx.clone()));
                     accept_loop(&ctx, listener, &shutdown).await;
                     drain(&ctx, opts.shutdown_timeout).await;
                 });
@@ -235,6 +239,20 @@ fn build_runtime() -> std::io::Result<CoreRuntime> {
                 .enable_timer()
                 .build()
         })
+}
+
+/// Adopts each snapshot as soon as the control thread rings, so that requests waiting on a
+/// replica that left rotation move at once, and old snapshots are let go even on an idle core.
+async fn adopt_snapshots(ctx: Rc<CoreContext>) {
+    let mut stop = std::pin::pin!(ctx.shutdown.wait());
+    loop {
+        monoio::select! {
+            _ = &mut stop => break,
+            _ = ctx.doorbell.rung() => {
+                ctx.refresh();
+            }
+        }
+    }
 }
 
 async fn accept_loop(ctx: &Rc<CoreContext>, listener: TcpListener, shutdown: &Arc<ShutdownSignal>) {

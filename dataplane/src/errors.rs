@@ -26,6 +26,9 @@ pub enum AttemptError {
     Protocol(String),
     /// The client went away while the gateway waited.
     ClientGone,
+    /// The replica left rotation (failed health checks or was ejected) while the request waited
+    /// for its response head; nothing reached the client, so the request moves elsewhere.
+    LeftRotation,
 }
 
 impl AttemptError {
@@ -37,7 +40,14 @@ impl AttemptError {
                 | AttemptError::ConnectTimeout
                 | AttemptError::EngineClosed { .. }
                 | AttemptError::Unavailable(_)
+                | AttemptError::LeftRotation
         )
+    }
+
+    /// Whether the failure counts against the replica's health (passive ejection). The client
+    /// leaving, a stale pooled connection and a replica already out of rotation do not.
+    pub fn counts_against_replica(&self) -> bool {
+        !matches!(self, AttemptError::ClientGone | AttemptError::LeftRotation) && !self.stale_reuse()
     }
 
     /// True when the failure is the classic stale keep-alive race: a pooled connection the engine
@@ -61,6 +71,7 @@ impl AttemptError {
             AttemptError::Timeout => ErrorReason::UpstreamTimeout,
             AttemptError::Protocol(_) => ErrorReason::UpstreamProtocol,
             AttemptError::ClientGone => ErrorReason::ClientDisconnected,
+            AttemptError::LeftRotation => ErrorReason::ReplicaLeftRotation,
         }
     }
 
@@ -92,6 +103,10 @@ impl AttemptError {
                 format!("engine {replica} sent an invalid response: {what}"),
             ),
             AttemptError::ClientGone => (ErrorKind::BadRequest, "client closed".to_string()),
+            AttemptError::LeftRotation => (
+                ErrorKind::ServiceUnavailable,
+                format!("engine {replica} left rotation while the request waited"),
+            ),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! One client connection: read requests, answer local routes, hand completions to the proxy.
 
-use crate::core_state::CoreContext;
-use crate::metrics::{ErrorReason, Outcome};
+use crate::core_state::{CoreContext, CoreView};
+use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
 use inferrail_wire::headers::is_valid_request_id;
@@ -229,8 +229,8 @@ pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
         if ctx.shutdown.is_triggered() && conn.buffered().is_empty() {
             return;
         }
-        let snap = ctx.current();
-        let head = match conn.read_head(snap.settings.header_read_timeout).await {
+        let header_timeout = ctx.current().snap.settings.header_read_timeout;
+        let head = match conn.read_head(header_timeout).await {
             Ok(head) => head,
             Err(HeadFailure::Idle) => return,
             Err(failure) => {
@@ -245,13 +245,15 @@ pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
                 };
                 let id = ctx.new_request_id();
                 let _ = conn
-                    .send(refusal.record(&ctx).response(&id, false, true))
+                    .send(refusal.record(&ctx.current().recorder).response(&id, false, true))
                     .await;
                 return;
             }
         };
         entry.set_busy(true);
-        let keep = handle_request(&ctx, &snap, &mut conn, head).await;
+        // The newest snapshot when the head arrived serves the whole request.
+        let view = ctx.current();
+        let keep = handle_request(&ctx, &view, &mut conn, head).await;
         entry.set_busy(false);
         if !keep {
             return;
@@ -317,8 +319,8 @@ impl Refusal {
     }
 
     /// Counts the error on this core.
-    pub(crate) fn record(self, ctx: &CoreContext) -> Refusal {
-        ctx.recorder.error(self.reason);
+    pub(crate) fn record(self, recorder: &CoreRecorder) -> Refusal {
+        recorder.error(self.reason);
         self
     }
 
@@ -354,7 +356,7 @@ enum Prepared {
 /// Handles one request whose head was read. Returns whether the connection may serve another.
 async fn handle_request(
     ctx: &Rc<CoreContext>,
-    snap: &Arc<Snapshot>,
+    view: &Rc<CoreView>,
     conn: &mut ClientConn,
     head: RequestHead,
 ) -> bool {
@@ -365,18 +367,19 @@ async fn handle_request(
     };
     let head_only = head.method == Method::Head;
     let close = head.close;
-    match prepare(snap, conn, head, &request_id, started).await {
-        Ok(Prepared::Proxy(request)) => forward(ctx, snap, conn, request).await,
+    let recorder = &view.recorder;
+    match prepare(&view.snap, conn, head, &request_id, started).await {
+        Ok(Prepared::Proxy(request)) => forward(ctx, view, conn, request).await,
         Ok(Prepared::Local(bytes, close_after)) => conn.send(bytes).await && !close_after,
         Err(None) => {
             // The client left while sending its body.
-            ctx.recorder.error(ErrorReason::ClientDisconnected);
-            ctx.recorder.request(None, None, Outcome::ClientClosed);
+            recorder.error(ErrorReason::ClientDisconnected);
+            recorder.request(None, None, Outcome::ClientClosed);
             false
         }
         Err(Some(refusal)) => {
-            let refusal = refusal.record(ctx);
-            ctx.recorder.request(None, None, Outcome::Rejected);
+            let refusal = refusal.record(recorder);
+            recorder.request(None, None, Outcome::Rejected);
             let keep = !close && !refusal.close;
             conn.send(refusal.response(&request_id, head_only, close))
                 .await
@@ -517,6 +520,7 @@ async fn prepare(
         head,
         body,
         model,
+        arm: 0,
         request_id: request_id.to_string(),
         started,
         deadline,

