@@ -1,7 +1,8 @@
 //! Which settings a running router may take from a reloaded file, and which need a restart.
 //!
 //! Listeners, thread counts and sizes fixed at start-up (data cores, tokenizer workers, index
-//! shards, the tokenization cache, the default KV capacity, the OTLP exporter) need a restart, and
+//! shards, the tokenization cache, the default KV capacity, the OTLP exporter, the decision and
+//! shadow log files) need a restart, and
 //! so does the tokenization of a model that stays (`tokenizer`, `block_size`, `chat_template`,
 //! `chat_template_kwargs`): tokenizers are built at start-up. Everything else (models added or
 //! removed, a model's names and policies, replicas, discovery, routing, health, retry, load
@@ -47,6 +48,16 @@ impl Config {
         check(
             "observability.otlp_endpoint",
             self.observability.otlp_endpoint != new.observability.otlp_endpoint,
+        );
+        // The log writers are threads with their files opened at start-up; the sample rate is live.
+        check(
+            "observability.decision_log.path",
+            self.observability.decision_log.as_ref().map(|d| &d.path)
+                != new.observability.decision_log.as_ref().map(|d| &d.path),
+        );
+        check(
+            "observability.shadow_log",
+            self.observability.shadow_log != new.observability.shadow_log,
         );
         for model in &new.models {
             if let Some(old) = self.models.iter().find(|m| m.name == model.name) {

@@ -121,7 +121,10 @@ async fn serve_connection(ctl: Rc<RefCell<Controller>>, mut stream: TcpStream) {
         let body_len = match head.framing {
             BodyFraming::Length(n) if n as usize <= MAX_ADMIN_BODY => n as usize,
             BodyFraming::Length(_) => {
-                let r = AdminResponse::error(ErrorKind::PayloadTooLarge, "admin request body too large");
+                let r = AdminResponse::error(
+                    ErrorKind::PayloadTooLarge,
+                    "admin request body too large",
+                );
                 write(&mut stream, r, false, true).await;
                 return;
             }
@@ -193,7 +196,9 @@ fn route(
             }
         }
         b"/admin/config" => match head.method {
-            Method::Get | Method::Head => AdminResponse::json(200, &admin_api::config(&ctl.borrow())),
+            Method::Get | Method::Head => {
+                AdminResponse::json(200, &admin_api::config(&ctl.borrow()))
+            }
             Method::Other if head.bytes.starts_with(b"PATCH ") => {
                 admin_api::patch_config(&mut ctl.borrow_mut(), body, started)
             }

@@ -118,10 +118,9 @@ pub fn patch_config(ctl: &mut Controller, body: &[u8], started: Instant) -> Admi
 /// POST /admin/reload: re-reads the config file now.
 pub fn reload(ctl: &mut Controller, started: Instant) -> AdminResponse {
     match ctl.reload_file(started) {
-        Ok((generation, changed)) => AdminResponse::json(
-            200,
-            &json!({"generation": generation, "changed": changed}),
-        ),
+        Ok((generation, changed)) => {
+            AdminResponse::json(200, &json!({"generation": generation, "changed": changed}))
+        }
         Err(refusal) => refusal_response(ctl, &refusal),
     }
 }
@@ -177,12 +176,7 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
     let shadow = shadow_rows(&ctl.observers.shadow_report());
     ControlView {
         config_generation: ctl.store.generation(),
-        reloads: ctl
-            .counters
-            .reloads
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect(),
+        reloads: ctl.counters.reloads.iter().map(|(k, v)| (*k, *v)).collect(),
         publishes: ctl.counters.publishes,
         ejections_refused: ctl.counters.ejections_refused,
         replicas,

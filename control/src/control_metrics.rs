@@ -95,7 +95,12 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-fn per_replica(out: &mut String, name: &str, replicas: &[ReplicaRow], value: impl Fn(&ReplicaRow) -> Option<f64>) {
+fn per_replica(
+    out: &mut String,
+    name: &str,
+    replicas: &[ReplicaRow],
+    value: impl Fn(&ReplicaRow) -> Option<f64>,
+) {
     for r in replicas {
         if let Some(v) = value(r) {
             out.push_str(name);
@@ -109,29 +114,97 @@ fn per_replica(out: &mut String, name: &str, replicas: &[ReplicaRow], value: imp
 /// Renders the control families.
 pub fn render(view: &ControlView) -> String {
     let mut out = String::with_capacity(4096);
-    family(&mut out, "inferrail_config_generation", "gauge", "Generation of the config in effect.");
-    let _ = writeln!(out, "inferrail_config_generation {}", view.config_generation);
-    family(&mut out, "inferrail_config_reloads_total", "counter", "Config reloads and patches, by result.");
+    family(
+        &mut out,
+        "inferrail_config_generation",
+        "gauge",
+        "Generation of the config in effect.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_config_generation {}",
+        view.config_generation
+    );
+    family(
+        &mut out,
+        "inferrail_config_reloads_total",
+        "counter",
+        "Config reloads and patches, by result.",
+    );
     for (result, n) in &view.reloads {
-        let _ = writeln!(out, "inferrail_config_reloads_total{{result=\"{result}\"}} {n}");
+        let _ = writeln!(
+            out,
+            "inferrail_config_reloads_total{{result=\"{result}\"}} {n}"
+        );
     }
-    family(&mut out, "inferrail_snapshots_published_total", "counter", "Routing snapshots published to the data cores.");
-    let _ = writeln!(out, "inferrail_snapshots_published_total {}", view.publishes);
+    family(
+        &mut out,
+        "inferrail_snapshots_published_total",
+        "counter",
+        "Routing snapshots published to the data cores.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_snapshots_published_total {}",
+        view.publishes
+    );
 
     let r = &view.replicas;
     let flag = |b: bool| Some(if b { 1.0 } else { 0.0 });
-    family(&mut out, "inferrail_replica_routable", "gauge", "1 when the replica is in rotation (healthy and not ejected).");
-    per_replica(&mut out, "inferrail_replica_routable", r, |x| flag(x.routable));
-    family(&mut out, "inferrail_replica_healthy", "gauge", "1 when the replica passes its health checks.");
-    per_replica(&mut out, "inferrail_replica_healthy", r, |x| flag(x.probe_healthy));
-    family(&mut out, "inferrail_replica_ejected", "gauge", "1 while the replica is ejected for failed requests.");
-    per_replica(&mut out, "inferrail_replica_ejected", r, |x| flag(x.ejected));
-    family(&mut out, "inferrail_ejections_total", "counter", "Ejections for consecutive failed requests, by replica.");
-    per_replica(&mut out, "inferrail_ejections_total", r, |x| Some(x.ejections as f64));
-    family(&mut out, "inferrail_ejections_refused_total", "counter", "Ejections not made because max_ejection_percent was reached.");
-    let _ = writeln!(out, "inferrail_ejections_refused_total {}", view.ejections_refused);
+    family(
+        &mut out,
+        "inferrail_replica_routable",
+        "gauge",
+        "1 when the replica is in rotation (healthy and not ejected).",
+    );
+    per_replica(&mut out, "inferrail_replica_routable", r, |x| {
+        flag(x.routable)
+    });
+    family(
+        &mut out,
+        "inferrail_replica_healthy",
+        "gauge",
+        "1 when the replica passes its health checks.",
+    );
+    per_replica(&mut out, "inferrail_replica_healthy", r, |x| {
+        flag(x.probe_healthy)
+    });
+    family(
+        &mut out,
+        "inferrail_replica_ejected",
+        "gauge",
+        "1 while the replica is ejected for failed requests.",
+    );
+    per_replica(&mut out, "inferrail_replica_ejected", r, |x| {
+        flag(x.ejected)
+    });
+    family(
+        &mut out,
+        "inferrail_ejections_total",
+        "counter",
+        "Ejections for consecutive failed requests, by replica.",
+    );
+    per_replica(&mut out, "inferrail_ejections_total", r, |x| {
+        Some(x.ejections as f64)
+    });
+    family(
+        &mut out,
+        "inferrail_ejections_refused_total",
+        "counter",
+        "Ejections not made because max_ejection_percent was reached.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_ejections_refused_total {}",
+        view.ejections_refused
+    );
 
-    family(&mut out, "inferrail_scrapes_total", "counter", "Engine /metrics scrapes, by replica and result.");
+    family(
+        &mut out,
+        "inferrail_scrapes_total",
+        "counter",
+        "Engine /metrics scrapes, by replica and result.",
+    );
     for x in r {
         for (i, result) in ["ok", "unreadable", "failed"].iter().enumerate() {
             out.push_str("inferrail_scrapes_total{replica=\"");
@@ -141,40 +214,114 @@ pub fn render(view: &ControlView) -> String {
     }
     type EngineField = fn(&EngineRow) -> f64;
     let engine_families: [(&str, &str, EngineField); 6] = [
-        ("inferrail_engine_running", "Requests the engine reports running.", |e| e.running),
-        ("inferrail_engine_waiting", "Requests the engine reports waiting.", |e| e.waiting),
-        ("inferrail_engine_kv_cache_usage", "KV cache usage the engine reports (0..1).", |e| e.kv_cache_usage),
-        ("inferrail_engine_prefix_cache_queries", "Prefix cache queries the engine reports (its counter).", |e| e.prefix_cache_queries),
-        ("inferrail_engine_prefix_cache_hits", "Prefix cache hits the engine reports (its counter).", |e| e.prefix_cache_hits),
-        ("inferrail_engine_report_age_seconds", "Age of the engine's latest readable report.", |e| e.age_seconds),
+        (
+            "inferrail_engine_running",
+            "Requests the engine reports running.",
+            |e| e.running,
+        ),
+        (
+            "inferrail_engine_waiting",
+            "Requests the engine reports waiting.",
+            |e| e.waiting,
+        ),
+        (
+            "inferrail_engine_kv_cache_usage",
+            "KV cache usage the engine reports (0..1).",
+            |e| e.kv_cache_usage,
+        ),
+        (
+            "inferrail_engine_prefix_cache_queries",
+            "Prefix cache queries the engine reports (its counter).",
+            |e| e.prefix_cache_queries,
+        ),
+        (
+            "inferrail_engine_prefix_cache_hits",
+            "Prefix cache hits the engine reports (its counter).",
+            |e| e.prefix_cache_hits,
+        ),
+        (
+            "inferrail_engine_report_age_seconds",
+            "Age of the engine's latest readable report.",
+            |e| e.age_seconds,
+        ),
     ];
     for (name, help, field) in engine_families {
         family(&mut out, name, "gauge", help);
         per_replica(&mut out, name, r, |x| x.engine.as_ref().map(field));
     }
-    family(&mut out, "inferrail_routing_report_age_max_seconds", "gauge", "Oldest engine report any routing decision used.");
-    let _ = writeln!(out, "inferrail_routing_report_age_max_seconds {}", view.report_age_max_seconds);
+    family(
+        &mut out,
+        "inferrail_routing_report_age_max_seconds",
+        "gauge",
+        "Oldest engine report any routing decision used.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_routing_report_age_max_seconds {}",
+        view.report_age_max_seconds
+    );
 
-    family(&mut out, "inferrail_model_policy_share", "gauge", "Configured share of each model's requests per policy, in percent.");
+    family(
+        &mut out,
+        "inferrail_model_policy_share",
+        "gauge",
+        "Configured share of each model's requests per policy, in percent.",
+    );
     for (model, policy, share) in &view.policy_shares {
         out.push_str("inferrail_model_policy_share{model=\"");
         label(&mut out, model);
         let _ = writeln!(out, "\",policy=\"{policy}\"}} {share}");
     }
-    family(&mut out, "inferrail_shadow_decisions_total", "counter", "Shadow policy decisions, by model, policy and agreement with the real decision.");
+    family(
+        &mut out,
+        "inferrail_shadow_decisions_total",
+        "counter",
+        "Shadow policy decisions, by model, policy and agreement with the real decision.",
+    );
     for s in &view.shadow {
         for (agreement, n) in [("agree", s.agree), ("disagree", s.disagree)] {
             out.push_str("inferrail_shadow_decisions_total{model=\"");
             label(&mut out, &s.model);
-            let _ = writeln!(out, "\",policy=\"{}\",agreement=\"{agreement}\"}} {n}", s.policy);
+            let _ = writeln!(
+                out,
+                "\",policy=\"{}\",agreement=\"{agreement}\"}} {n}",
+                s.policy
+            );
         }
     }
-    family(&mut out, "inferrail_shadow_dropped_total", "counter", "Requests left out of shadow evaluation because the worker fell behind.");
-    let _ = writeln!(out, "inferrail_shadow_dropped_total {}", view.shadow_dropped);
-    family(&mut out, "inferrail_decision_log_dropped_total", "counter", "Decision log records dropped because the writer fell behind.");
-    let _ = writeln!(out, "inferrail_decision_log_dropped_total {}", view.decision_log_dropped);
-    family(&mut out, "inferrail_replica_reports_dropped_total", "counter", "Request results the cores could not queue for the control thread.");
-    let _ = writeln!(out, "inferrail_replica_reports_dropped_total {}", view.reports_dropped);
+    family(
+        &mut out,
+        "inferrail_shadow_dropped_total",
+        "counter",
+        "Requests left out of shadow evaluation because the worker fell behind.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_shadow_dropped_total {}",
+        view.shadow_dropped
+    );
+    family(
+        &mut out,
+        "inferrail_decision_log_dropped_total",
+        "counter",
+        "Decision log records dropped because the writer fell behind.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_decision_log_dropped_total {}",
+        view.decision_log_dropped
+    );
+    family(
+        &mut out,
+        "inferrail_replica_reports_dropped_total",
+        "counter",
+        "Request results the cores could not queue for the control thread.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_replica_reports_dropped_total {}",
+        view.reports_dropped
+    );
     out
 }
 

@@ -6,6 +6,7 @@
 //! that matters to routing ends in [`Controller::publish`], which builds one immutable snapshot,
 //! hands it to every core's mailbox and rings its doorbell.
 
+use crate::decision_log::DecisionLogHandle;
 use crate::discovery::{DiscoveredMember, Discovery, Resolver};
 use crate::engine_load::EngineLoad;
 use crate::fleet_health::{HealthBook, HealthChange, HealthSettings};
@@ -13,10 +14,12 @@ use crate::live_config::{Applied, ConfigStore, Refusal};
 use crate::registry::{static_replicas, Changes, Registry, Source, Wanted};
 use crate::replica_worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
 use crate::scrape::ScrapeOutcome;
-use inferrail_config::Config;
+use crate::shadow::ShadowHandle;
+use inferrail_config::{Config, Problem, Problems};
+use inferrail_dataplane::core_stats::CoreStats;
 use inferrail_dataplane::doorbell::Doorbell;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
-use inferrail_dataplane::reports::ReplicaReport;
+use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
 use inferrail_dataplane::snapshot::{
     ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec, Snapshot,
 };
@@ -24,13 +27,16 @@ use inferrail_sync::Mailbox;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The last published snapshots kept on the control thread so that a core dropping its
 /// reference never frees one (freeing happens here, off the data cores).
 const RETAINED_SNAPSHOTS: usize = 8;
+
+/// How long a config that adds DNS discovery waits for the first answers.
+pub const DISCOVERY_START_WAIT: Duration = Duration::from_secs(2);
 
 /// How the last scrape of a replica went.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +97,62 @@ pub struct CoreLinks {
     pub doorbells: Vec<Arc<Doorbell>>,
 }
 
+/// The observer threads and per-core counters the admin API reports.
+pub struct Observers {
+    /// The shadow worker, when running.
+    pub shadow: Option<ShadowHandle>,
+    /// Each core's shadow drop counter.
+    pub shadow_dropped: Vec<Arc<AtomicU64>>,
+    /// The decision log writer, when running.
+    pub decision_log: Option<DecisionLogHandle>,
+    /// Each core's decision log drop counter.
+    pub decision_dropped: Vec<Arc<AtomicU64>>,
+    /// The cores' request reports.
+    pub reports: Arc<ReportQueue>,
+    /// Each core's routing statistics.
+    pub stats: Vec<Arc<CoreStats>>,
+}
+
+impl Observers {
+    /// The shadow worker's agreement report (empty when no worker runs).
+    pub fn shadow_report(&self) -> serde_json::Value {
+        self.shadow.as_ref().map_or_else(
+            || serde_json::json!({"decisions": 0, "models": {}}),
+            ShadowHandle::report,
+        )
+    }
+
+    /// Shadow jobs the cores dropped.
+    pub fn shadow_dropped(&self) -> u64 {
+        self.shadow_dropped
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Decision records the cores dropped.
+    pub fn decision_log_dropped(&self) -> u64 {
+        self.decision_dropped
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Request reports dropped on a full queue.
+    pub fn reports_dropped(&self) -> u64 {
+        self.reports.dropped()
+    }
+
+    /// The oldest engine report any core's decision used.
+    pub fn report_age_max(&self) -> Duration {
+        self.stats
+            .iter()
+            .map(|s| s.report_age_max())
+            .max()
+            .unwrap_or_default()
+    }
+}
+
 /// Apply times of config changes (from request to published snapshot), most recent last.
 #[derive(Debug, Default)]
 pub struct ApplyTimes {
@@ -139,7 +201,7 @@ pub struct Controller {
     discovered: Vec<DiscoveredMember>,
     /// Metrics epochs (merged for `/metrics`).
     pub history: MetricsHistory,
-    epochs: Vec<Weak<MetricsEpoch>>,
+    epochs: Vec<std::sync::Weak<MetricsEpoch>>,
     cores: CoreLinks,
     core_count: usize,
     generation: u64,
@@ -151,6 +213,8 @@ pub struct Controller {
     pub apply_times: ApplyTimes,
     /// Shared with the decision log writer.
     pub log_prompts: Arc<AtomicBool>,
+    /// Observer threads and counters.
+    pub observers: Observers,
     /// Weak self-reference handed to worker sinks.
     me: Weak<RefCell<Controller>>,
 }
@@ -177,6 +241,8 @@ pub struct Seed {
     pub cores: CoreLinks,
     /// Shared `logging.log_prompts`.
     pub log_prompts: Arc<AtomicBool>,
+    /// Observer threads and counters.
+    pub observers: Observers,
 }
 
 /// The metrics layout for a registry and a config part: models in config order, replicas in
@@ -254,6 +320,7 @@ impl Controller {
             counters: ControlCounters::default(),
             apply_times: ApplyTimes::default(),
             log_prompts: seed.log_prompts,
+            observers: seed.observers,
             me: Weak::new(),
         }));
         {
@@ -368,18 +435,32 @@ impl Controller {
     fn note_changes(&mut self, changes: &[HealthChange]) -> bool {
         for change in changes {
             let (key, text) = match change {
-                HealthChange::ProbeDown { key } => (*key, "failed its health checks: out of rotation".to_string()),
-                HealthChange::ProbeUp { key } => (*key, "passes its health checks: back in rotation".to_string()),
+                HealthChange::ProbeDown { key } => (
+                    *key,
+                    "failed its health checks: out of rotation".to_string(),
+                ),
+                HealthChange::ProbeUp { key } => (
+                    *key,
+                    "passes its health checks: back in rotation".to_string(),
+                ),
                 HealthChange::Ejected { key, backoff, .. } => {
                     if let Some(f) = self.facts.get_mut(key) {
                         f.ejections += 1;
                     }
-                    (*key, format!("ejected for {backoff:?} after consecutive failed requests"))
+                    (
+                        *key,
+                        format!("ejected for {backoff:?} after consecutive failed requests"),
+                    )
                 }
-                HealthChange::Readmitted { key } => (*key, "readmitted after its ejection".to_string()),
+                HealthChange::Readmitted { key } => {
+                    (*key, "readmitted after its ejection".to_string())
+                }
                 HealthChange::EjectionRefused { key } => {
                     self.counters.ejections_refused += 1;
-                    (*key, "kept in rotation: max_ejection_percent reached".to_string())
+                    (
+                        *key,
+                        "kept in rotation: max_ejection_percent reached".to_string(),
+                    )
                 }
             };
             let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
@@ -410,7 +491,9 @@ impl Controller {
                     source: Source::Static,
                 })
                 .collect();
-            let changes = self.registry.update(wanted_members(statics, &self.discovered));
+            let changes = self
+                .registry
+                .update(wanted_members(statics, &self.discovered));
             dirty |= self.membership_changed(&changes);
         }
         if dirty || now.saturating_duration_since(self.current.built) >= refresh {
@@ -439,45 +522,126 @@ impl Controller {
                 changes.removed.len()
             );
         }
-        self.health.sync_members(&members_for_health(&self.registry));
+        self.health
+            .sync_members(&members_for_health(&self.registry));
         self.sync_workers();
         true
     }
 
-    /// Applies a validated config: settings, registry, policies. `started` is when the change was
-    /// asked for (for apply-time figures).
-    pub fn apply(&mut self, applied: Applied, started: Instant) -> Result<(), Refusal> {
-        let config = applied.config;
-        let part = ConfigPart::from_config(&config, applied.generation, self.created_unix)
-            .map_err(|e| Refusal::Invalid(e.to_string()))?;
-        let statics = static_replicas(&config).map_err(|e| Refusal::Invalid(e.to_string()))?;
+    /// Applies a JSON merge patch to the config in effect. Returns the generation in effect.
+    pub fn apply_patch(
+        &mut self,
+        patch: &serde_json::Value,
+        started: Instant,
+    ) -> Result<u64, Refusal> {
+        let before = self.store.generation();
+        let created = self.created_unix;
+        let applied = self
+            .store
+            .patch_checked(patch, |c| check_live(c, created))?;
+        self.finish_apply(applied, before, started);
+        Ok(self.store.generation())
+    }
+
+    /// Re-reads the config file. Returns the generation in effect and whether it changed.
+    pub fn reload_file(&mut self, started: Instant) -> Result<(u64, bool), Refusal> {
+        let before = self.store.generation();
+        let created = self.created_unix;
+        match self.store.reload_file_checked(|c| check_live(c, created))? {
+            Some(applied) => {
+                self.finish_apply(applied, before, started);
+                Ok((self.store.generation(), self.store.generation() != before))
+            }
+            None => {
+                self.count_reload("unchanged");
+                Ok((before, false))
+            }
+        }
+    }
+
+    fn finish_apply(&mut self, applied: Applied, before: u64, started: Instant) {
+        if applied.generation == before {
+            self.count_reload("unchanged");
+            return;
+        }
+        self.apply(applied.config, applied.generation);
+        self.count_reload("applied");
+        self.apply_times.push(started.elapsed());
+        eprintln!(
+            "inferrail: config generation {} applied",
+            applied.generation
+        );
+    }
+
+    /// Applies a config that passed [`check_live`]: settings, registry, policies, then publishes.
+    fn apply(&mut self, config: Config, generation: u64) {
+        let (part, statics) = match prepare_live(&config, generation, self.created_unix) {
+            Ok(ok) => ok,
+            Err(e) => {
+                // check_live passed moments ago; a name that stopped resolving since keeps the
+                // running replica set.
+                eprintln!("inferrail: {e}");
+                return;
+            }
+        };
         self.part = part;
         self.health
             .set_settings(HealthSettings::from_config(&config.health));
-        *self.worker_settings.borrow_mut() = WorkerSettings::from_config(&config.health, &config.load);
+        *self.worker_settings.borrow_mut() =
+            WorkerSettings::from_config(&config.health, &config.load);
         self.log_prompts
             .store(config.logging.log_prompts, Ordering::Relaxed);
         self.sync_discovery(&config);
-        let changes = self.registry.update(wanted_members(statics, &self.discovered));
+        let changes = self
+            .registry
+            .update(wanted_members(statics, &self.discovered));
         self.membership_changed(&changes);
+        let now = Instant::now();
+        let changes = self.health.tick(now);
+        self.note_changes(&changes);
         self.publish();
-        self.apply_times.push(started.elapsed());
-        Ok(())
+    }
+
+    /// Requests in flight and pending on replica `id` right now, over every core and epoch.
+    pub fn load_now(&self, id: &str) -> CoreLoad {
+        let epochs: Vec<Arc<MetricsEpoch>> = self
+            .epochs
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        cross_core_load(&epochs, id, self.core_count)
+            .into_iter()
+            .fold(CoreLoad::default(), |a, c| CoreLoad {
+                in_flight: a.in_flight.saturating_add(c.in_flight),
+                pending: a.pending.saturating_add(c.pending),
+            })
     }
 
     fn sync_discovery(&mut self, config: &Config) {
         let groups = config.discovery.dns.clone();
         match (&self.discovery, groups.is_empty()) {
-            (Some(d), false) => d.set_groups(groups),
+            (Some(d), false) => {
+                d.set_groups(groups);
+                // Members of groups that were removed or changed go at once.
+                self.discovered.retain(|m| {
+                    config
+                        .discovery
+                        .dns
+                        .iter()
+                        .any(|g| g.name == m.group && g.models == m.models)
+                });
+            }
             (Some(_), true) => {
                 self.discovery = None;
                 self.discovered.clear();
             }
-            (None, false) => {
-                let d = Discovery::start(groups, self.resolver.clone());
-                self.discovered = d.resolve_now_blocking(Duration::from_secs(2));
-                self.discovery = Some(d);
-            }
+            (None, false) => match Discovery::start(groups, self.resolver.clone()) {
+                Ok(d) => {
+                    self.discovered = d.resolve_now_blocking(DISCOVERY_START_WAIT);
+                    self.discovery = Some(d);
+                }
+                Err(e) => eprintln!("inferrail: cannot start DNS discovery: {e}"),
+            },
             (None, true) => {}
         }
     }
@@ -498,8 +662,11 @@ impl Controller {
             e
         };
         self.epochs.retain(|w| w.strong_count() > 0);
-        let live_epochs: Vec<Arc<MetricsEpoch>> =
-            self.epochs.iter().filter_map(Weak::upgrade).collect();
+        let live_epochs: Vec<Arc<MetricsEpoch>> = self
+            .epochs
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
         let replicas: Vec<(ReplicaSpec, ReplicaLive)> = self
             .registry
             .members()
@@ -517,7 +684,12 @@ impl Controller {
             })
             .collect();
         self.generation += 1;
-        let snap = Arc::new(Snapshot::assemble(&self.part, replicas, self.generation, epoch));
+        let snap = Arc::new(Snapshot::assemble(
+            &self.part,
+            replicas,
+            self.generation,
+            epoch,
+        ));
         for (mailbox, bell) in self.cores.mailboxes.iter().zip(&self.cores.doorbells) {
             mailbox.publish(snap.clone());
             bell.ring();
@@ -548,6 +720,30 @@ impl Controller {
             .map(|r| (r.spec.key, r.total))
             .collect()
     }
+}
+
+/// Checks that a candidate config can be applied live: its policies exist and its static
+/// replicas resolve.
+pub fn check_live(config: &Config, created_unix: u64) -> Result<(), Refusal> {
+    prepare_live(config, 0, created_unix).map(|_| ())
+}
+
+fn prepare_live(
+    config: &Config,
+    generation: u64,
+    created_unix: u64,
+) -> Result<(ConfigPart, Vec<Wanted>), Refusal> {
+    let invalid =
+        |path: &str, message: String| Refusal::Invalid(Problems(vec![Problem::new(path, message)]));
+    let part = ConfigPart::from_config(config, generation, created_unix)
+        .map_err(|e| invalid("models", e.to_string()))?;
+    let statics = static_replicas(config).map_err(|e| {
+        invalid(
+            &format!("replicas[{}].url", e.index),
+            format!("cannot resolve {}: {}", e.authority, e.reason),
+        )
+    })?;
+    Ok((part, statics))
 }
 
 fn members_for_health(registry: &Registry) -> Vec<(u64, Vec<String>)> {

@@ -69,7 +69,7 @@ fn record_line(rec: &DecisionRecord, log_prompts: bool) -> Value {
         "model": snap.models.get(rec.model).map(|m| m.name.as_str()),
         "policy": rec.policy.as_str(),
         "attempt": rec.attempt,
-        "winner": snap.replicas.get(rec.winner).map(|r| r.id.as_str()),
+        "winner": snap.replicas.get(rec.winner).map(|r| r.id()),
         "candidates": candidates,
     });
     if let (true, Some(prompt), Some(obj)) = (log_prompts, &rec.prompt, line.as_object_mut()) {
@@ -93,6 +93,7 @@ mod tests {
             replica,
             in_flight,
             pending,
+            ..Candidate::default()
         }
     }
 

@@ -51,8 +51,8 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         engines.push(SimServer::start(opts).map_err(DemoError::Engine)?);
     }
     let urls: Vec<String> = engines.iter().map(SimServer::url).collect();
-    let config = inferrail_config::parse_str(&demo_config(&urls))?;
-    let gateway = Gateway::start(&config)?;
+    let source = crate::ConfigSource::from_yaml(&demo_config(&urls))?;
+    let gateway = Gateway::start(source)?;
     let addr = gateway.listen_addr;
     println!("Inferrail demo");
     println!(

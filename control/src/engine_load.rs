@@ -55,6 +55,16 @@ pub enum EngineKind {
     Sglang,
 }
 
+impl EngineKind {
+    /// `vllm` or `sglang`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+        }
+    }
+}
+
 /// An engine's self-reported load, summed over its data-parallel ranks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineLoad {

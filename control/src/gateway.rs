@@ -1,10 +1,23 @@
 //! A running gateway: data cores plus the control thread, started from a validated config.
 
-use crate::admin;
-use inferrail_config::{Config, Count};
-use inferrail_dataplane::metrics::MetricsLayout;
+use crate::control_thread::{self, ControlInputs};
+use crate::controller::{self, CoreLinks, Observers, Seed, DISCOVERY_START_WAIT};
+use crate::decision_log::spawn_decision_log;
+use crate::discovery::{Discovery, Resolver, SystemResolver};
+use crate::live_config::ConfigStore;
+use crate::registry::{static_replicas, Registry, ResolveError};
+use crate::shadow::spawn_shadow;
+use inferrail_config::{Config, ConfigError, Count};
+use inferrail_dataplane::core_stats::CoreStats;
+use inferrail_dataplane::cores::CoreWiring;
+use inferrail_dataplane::metrics::MetricsEpoch;
+use inferrail_dataplane::observe::sink_pair;
+use inferrail_dataplane::reports::ReportQueue;
+use inferrail_dataplane::snapshot::{ConfigPart, ReplicaLive};
 use inferrail_dataplane::{start_cores, CoreOptions, CoreSet, ShutdownSignal, Snapshot};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -12,22 +25,19 @@ use std::thread::JoinHandle;
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// A replica's host name does not resolve.
-    #[error("replicas[{index}].url: cannot resolve {authority}: {reason}")]
-    Resolve {
-        /// Replica index in config.
-        index: usize,
-        /// host:port.
-        authority: String,
-        /// Why.
-        reason: String,
-    },
-    /// A configured feature this release does not provide yet.
-    #[error("{path}: {message}")]
-    Unsupported {
-        /// Config path.
-        path: &'static str,
-        /// What is missing.
-        message: &'static str,
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// The config could not be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An observer or discovery thread did not start.
+    #[error("cannot start {what}: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// The config cannot become a routing snapshot.
     #[error(transparent)]
@@ -46,6 +56,51 @@ pub enum GatewayError {
     },
 }
 
+/// A config with the document it was read from (what the admin API shows and patches) and the
+/// file it came from, if any (what reloads re-read).
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    /// The validated config.
+    pub config: Config,
+    /// Its document.
+    pub document: serde_json::Value,
+    /// The file, when there is one.
+    pub path: Option<PathBuf>,
+}
+
+impl ConfigSource {
+    /// A config from YAML text (no file: reloads are refused, PATCH works).
+    pub fn from_yaml(text: &str) -> Result<ConfigSource, ConfigError> {
+        let config = inferrail_config::parse_str(text)?;
+        let document = inferrail_config::document_of_yaml(text)?;
+        Ok(ConfigSource {
+            config,
+            document,
+            path: None,
+        })
+    }
+
+    /// A config from a file, which reloads re-read.
+    pub fn load(path: &Path) -> Result<ConfigSource, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut source = ConfigSource::from_yaml(&text)?;
+        source.path = Some(path.to_path_buf());
+        Ok(source)
+    }
+}
+
+/// How to start a gateway beyond its config.
+#[derive(Clone, Default)]
+pub struct GatewayOptions {
+    /// Resolver for DNS discovery (the system resolver when `None`).
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// Set on SIGHUP: the control thread re-reads the config file when it is.
+    pub sighup: Option<Arc<AtomicBool>>,
+}
+
 /// A running gateway. Dropping it does not stop it; call [`Gateway::shutdown`] then
 /// [`Gateway::wait`].
 pub struct Gateway {
@@ -60,29 +115,6 @@ pub struct Gateway {
     pub core_count: usize,
 }
 
-fn resolve_replicas(config: &Config) -> Result<Vec<SocketAddr>, GatewayError> {
-    config
-        .replicas
-        .iter()
-        .enumerate()
-        .map(|(index, r)| {
-            let authority = r.url.authority();
-            let mut addrs = (r.url.host.as_str(), r.url.port)
-                .to_socket_addrs()
-                .map_err(|e| GatewayError::Resolve {
-                    index,
-                    authority: authority.clone(),
-                    reason: e.to_string(),
-                })?;
-            addrs.next().ok_or(GatewayError::Resolve {
-                index,
-                authority,
-                reason: "no address".into(),
-            })
-        })
-        .collect()
-}
-
 /// Number of data cores for `count`: `auto` is every CPU this process may run on.
 pub fn resolve_cores(count: Count) -> usize {
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -90,28 +122,91 @@ pub fn resolve_cores(count: Count) -> usize {
 }
 
 impl Gateway {
-    /// Starts data cores and the control thread for `config`. Returns once both listeners accept.
-    pub fn start(config: &Config) -> Result<Gateway, GatewayError> {
-        if !config.discovery.dns.is_empty() {
-            return Err(GatewayError::Unsupported {
-                path: "discovery.dns",
-                message: "DNS discovery is not implemented in this release; list replicas under `replicas`",
-            });
-        }
-        let addrs = resolve_replicas(config)?;
+    /// Starts data cores and the control thread. Returns once both listeners accept.
+    pub fn start(source: ConfigSource) -> Result<Gateway, GatewayError> {
+        Gateway::start_with(source, GatewayOptions::default())
+    }
+
+    /// [`Gateway::start`] with a resolver and a SIGHUP flag.
+    pub fn start_with(
+        source: ConfigSource,
+        options: GatewayOptions,
+    ) -> Result<Gateway, GatewayError> {
+        let config = source.config;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let snapshot = Arc::new(Snapshot::build(config, &addrs, 1, created)?);
-        let layout = Arc::new(MetricsLayout {
-            models: config.models.iter().map(|m| m.name.clone()).collect(),
-            replicas: config.replicas.iter().map(|r| r.id.clone()).collect(),
-        });
+        let part = ConfigPart::from_config(&config, 1, created)?;
+        let resolver: Arc<dyn Resolver> =
+            options.resolver.unwrap_or_else(|| Arc::new(SystemResolver));
+        let (discovery, discovered) = if config.discovery.dns.is_empty() {
+            (None, Vec::new())
+        } else {
+            let d = Discovery::start(config.discovery.dns.clone(), resolver.clone()).map_err(
+                |source| GatewayError::Thread {
+                    what: "DNS discovery",
+                    source,
+                },
+            )?;
+            let members = d.resolve_now_blocking(DISCOVERY_START_WAIT);
+            (Some(d), members)
+        };
+        let mut registry = Registry::new();
+        registry.update(controller::wanted_members(
+            static_replicas(&config)?,
+            &discovered,
+        ));
+        let core_count = resolve_cores(config.server.cores);
+        let epoch = MetricsEpoch::new(controller::layout_of(&part, &registry), core_count);
+        let replicas = registry
+            .members()
+            .iter()
+            .map(|m| {
+                (
+                    m.spec.clone(),
+                    ReplicaLive {
+                        routable: true,
+                        per_core: vec![Default::default(); core_count],
+                        ..ReplicaLive::default()
+                    },
+                )
+            })
+            .collect();
+        let snapshot = Arc::new(Snapshot::assemble(&part, replicas, 1, epoch));
         let seed = config
             .routing
             .seed
             .unwrap_or(created ^ u64::from(std::process::id()));
-        let core_count = resolve_cores(config.server.cores);
+
+        // Observers: a shadow worker always (models may gain shadow policies live), a decision
+        // log writer when configured.
+        let (shadow_sinks, shadow_rx) = sink_pair(4096, core_count);
+        let shadow_dropped = shadow_sinks.iter().map(|s| s.dropped_counter()).collect();
+        let shadow = spawn_shadow(shadow_rx, seed, config.observability.shadow_log.clone())
+            .map_err(|source| GatewayError::Thread {
+                what: "the shadow worker",
+                source,
+            })?;
+        let log_prompts = Arc::new(AtomicBool::new(config.logging.log_prompts));
+        let (decision_sinks, decision_log, decision_dropped) =
+            match &config.observability.decision_log {
+                Some(d) => {
+                    let (sinks, rx) = sink_pair(4096, core_count);
+                    let dropped = sinks.iter().map(|s| s.dropped_counter()).collect();
+                    let handle = spawn_decision_log(rx, d.path.clone(), log_prompts.clone())
+                        .map_err(|source| GatewayError::Thread {
+                            what: "the decision log",
+                            source,
+                        })?;
+                    (sinks, Some(handle), dropped)
+                }
+                None => (Vec::new(), None, Vec::new()),
+            };
+        let reports = Arc::new(ReportQueue::new(65_536));
+        let stats: Vec<Arc<CoreStats>> = (0..core_count)
+            .map(|_| Arc::new(CoreStats::new()))
+            .collect();
+
         let shutdown = ShutdownSignal::new();
         let cores = start_cores(
             CoreOptions {
@@ -122,27 +217,66 @@ impl Gateway {
                 shutdown_timeout: config.server.shutdown_timeout,
             },
             snapshot.clone(),
-            layout.clone(),
+            CoreWiring {
+                reports: reports.clone(),
+                shadow: shadow_sinks,
+                decisions: decision_sinks,
+                stats: stats.clone(),
+            },
             shutdown.clone(),
         )?;
         let listen_addr = cores.local_addr;
-        let admin_state = admin::AdminState {
-            layout,
-            recorders: cores.recorders.clone(),
-            snapshot,
+        let admin_listen = config.server.admin_listen;
+        let fail = |shutdown: &Arc<ShutdownSignal>, cores: CoreSet, source| {
+            shutdown.trigger();
+            cores.join();
+            GatewayError::Admin {
+                addr: admin_listen,
+                source,
+            }
         };
-        let (control, admin_addr) =
-            match admin::spawn(config.server.admin_listen, admin_state, shutdown.clone()) {
-                Ok(ok) => ok,
-                Err(source) => {
-                    shutdown.trigger();
-                    cores.join();
-                    return Err(GatewayError::Admin {
-                        addr: config.server.admin_listen,
-                        source,
-                    });
-                }
-            };
+        let admin = match std::net::TcpListener::bind(admin_listen) {
+            Ok(l) => l,
+            Err(e) => return Err(fail(&shutdown, cores, e)),
+        };
+        let admin_addr = match admin.local_addr() {
+            Ok(a) => a,
+            Err(e) => return Err(fail(&shutdown, cores, e)),
+        };
+        let store = ConfigStore::new(source.path, source.document, config);
+        let control_seed = Seed {
+            store,
+            part,
+            created_unix: created,
+            registry,
+            discovery,
+            resolver,
+            discovered,
+            first: snapshot,
+            cores: CoreLinks {
+                mailboxes: cores.mailboxes.clone(),
+                doorbells: cores.doorbells.clone(),
+            },
+            log_prompts,
+            observers: Observers {
+                shadow: Some(shadow),
+                shadow_dropped,
+                decision_log,
+                decision_dropped,
+                reports: reports.clone(),
+                stats,
+            },
+        };
+        let control = match control_thread::spawn(ControlInputs {
+            seed: control_seed,
+            admin,
+            reports,
+            shutdown: shutdown.clone(),
+            sighup: options.sighup,
+        }) {
+            Ok(h) => h,
+            Err(e) => return Err(fail(&shutdown, cores, e)),
+        };
         Ok(Gateway {
             cores,
             control,

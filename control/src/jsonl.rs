@@ -3,7 +3,7 @@
 //! routing candidate (written by both logs, read back by the shadow replay).
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use inferrail_dataplane::policy::Candidate;
+use inferrail_dataplane::policy::{Candidate, EngineView};
 use inferrail_dataplane::Snapshot;
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
@@ -188,9 +188,15 @@ where
 pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
     json!({
         "index": c.replica,
-        "id": snapshot.replicas.get(c.replica).map(|r| r.id.as_str()),
+        "id": snapshot.replicas.get(c.replica).map(|r| r.id()),
         "in_flight": c.in_flight,
         "pending": c.pending,
+        "engine": c.engine.map(|e| json!({
+            "running": e.running,
+            "waiting": e.waiting,
+            "kv_cache_usage": e.kv_cache_usage,
+            "age_micros": e.age_micros,
+        })),
     })
 }
 
@@ -202,11 +208,24 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
     let in_flight = u32::try_from(field("in_flight")?).ok()?;
     let pending = u32::try_from(field("pending")?).ok()?;
     let id = v.get("id")?.as_str()?.to_string();
+    let engine = match v.get("engine") {
+        None | Some(Value::Null) => None,
+        Some(e) => {
+            let num = |name: &str| e.get(name).and_then(Value::as_f64);
+            Some(EngineView {
+                running: num("running")?,
+                waiting: num("waiting")?,
+                kv_cache_usage: num("kv_cache_usage")?,
+                age_micros: e.get("age_micros").and_then(Value::as_u64)?,
+            })
+        }
+    };
     Some((
         Candidate {
             replica,
             in_flight,
             pending,
+            engine,
         },
         id,
     ))
@@ -237,7 +256,9 @@ replicas:
         let addrs: Vec<_> = (0..4)
             .map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 9001 + i)))
             .collect();
-        Snapshot::build(&config, &addrs, generation, 0).expect("test snapshot builds")
+        let mut snap = Snapshot::from_config(&config, &addrs, 1).expect("test snapshot builds");
+        snap.generation = generation;
+        snap
     }
 
     /// A fresh path in the temp directory, unique per test and process.

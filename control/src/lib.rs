@@ -10,7 +10,11 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod admin_api;
 pub mod client;
+pub mod control_metrics;
+pub mod control_thread;
+pub mod controller;
 pub mod decision_log;
 pub mod demo;
 pub mod discovery;
@@ -20,9 +24,10 @@ pub mod gateway;
 mod jsonl;
 pub mod live_config;
 pub mod probe;
+pub mod registry;
 pub mod replay;
 pub mod replica_worker;
 pub mod scrape;
 pub mod shadow;
 
-pub use gateway::{Gateway, GatewayError};
+pub use gateway::{ConfigSource, Gateway, GatewayError, GatewayOptions};

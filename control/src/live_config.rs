@@ -124,6 +124,15 @@ impl ConfigStore {
     /// applied), so a refused file is reported once, not at every poll. A changed file replaces
     /// the document in effect whole, PATCHes included.
     pub fn reload_file(&mut self) -> Result<Option<Applied>, Refusal> {
+        self.reload_file_checked(|_| Ok(()))
+    }
+
+    /// [`ConfigStore::reload_file`] with an extra check the candidate must pass before it is
+    /// applied (the control plane resolves its replicas and builds its policies there).
+    pub fn reload_file_checked(
+        &mut self,
+        check: impl FnOnce(&Config) -> Result<(), Refusal>,
+    ) -> Result<Option<Applied>, Refusal> {
         let Some(path) = &self.path else {
             return Err(Refusal::NoFile);
         };
@@ -138,7 +147,7 @@ impl ConfigStore {
         if doc == self.file_document {
             return Ok(None);
         }
-        let applied = self.apply(doc.clone())?;
+        let applied = self.apply(doc.clone(), check)?;
         self.file_document = doc;
         Ok(Some(applied))
     }
@@ -147,18 +156,32 @@ impl ConfigStore {
     /// which then takes its default). A patch that changes nothing is applied without a new
     /// generation.
     pub fn patch(&mut self, patch: &Value) -> Result<Applied, Refusal> {
+        self.patch_checked(patch, |_| Ok(()))
+    }
+
+    /// [`ConfigStore::patch`] with an extra check the candidate must pass before it is applied.
+    pub fn patch_checked(
+        &mut self,
+        patch: &Value,
+        check: impl FnOnce(&Config) -> Result<(), Refusal>,
+    ) -> Result<Applied, Refusal> {
         let mut doc = self.document.clone();
         merge_patch(&mut doc, patch);
-        self.apply(doc)
+        self.apply(doc, check)
     }
 
     /// Validates `doc` and makes it the document in effect, or refuses it whole.
-    fn apply(&mut self, doc: Value) -> Result<Applied, Refusal> {
+    fn apply(
+        &mut self,
+        doc: Value,
+        check: impl FnOnce(&Config) -> Result<(), Refusal>,
+    ) -> Result<Applied, Refusal> {
         let config = parse_document(&doc)?;
         let restart = self.config.restart_required(&config);
         if !restart.is_empty() {
             return Err(Refusal::RestartRequired(restart));
         }
+        check(&config)?;
         if doc != self.document {
             self.document = doc;
             self.config = config;

@@ -49,11 +49,29 @@ fn serve(path: &Path) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let source = match inferrail_control::ConfigSource::load(path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("inferrail: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sighup = match inferrail_control::live_config::sighup_flag() {
+        Ok(flag) => Some(flag),
+        Err(e) => {
+            eprintln!("inferrail: cannot handle SIGHUP ({e}); the config file is still polled");
+            None
+        }
+    };
     let driver = inferrail_dataplane::driver_name();
     if driver != "io_uring" {
         eprintln!("inferrail: io_uring is unavailable; running on the epoll driver");
     }
-    let gateway = match Gateway::start(&config) {
+    let options = inferrail_control::GatewayOptions {
+        sighup,
+        ..Default::default()
+    };
+    let gateway = match Gateway::start_with(source, options) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("inferrail: {e}");

@@ -232,6 +232,7 @@ mod tests {
             replica,
             in_flight,
             pending,
+            ..Candidate::default()
         }
     }
 

@@ -273,7 +273,7 @@ fn config_line(job: &ShadowJob, seed: u64) -> Value {
         .snapshot
         .models
         .iter()
-        .map(|m| json!({"name": m.name, "policy": m.policy.as_str(), "shadow": shadow}))
+        .map(|m| json!({"name": m.name, "policy": m.policy().as_str(), "shadow": shadow}))
         .collect();
     json!({
         "type": "config",
@@ -286,7 +286,7 @@ fn config_line(job: &ShadowJob, seed: u64) -> Value {
 /// The `shadow` line: the decision's inputs and each shadow policy's pick by replica id.
 fn shadow_line(job: &ShadowJob, model: &str, picks: &[(PolicyKind, Option<usize>)]) -> Value {
     let snap = &job.snapshot;
-    let id = |replica: usize| snap.replicas.get(replica).map(|r| r.id.as_str());
+    let id = |replica: usize| snap.replicas.get(replica).map(|r| r.id());
     let candidates: Vec<Value> = job
         .candidates
         .iter()
@@ -319,6 +319,7 @@ mod tests {
             replica,
             in_flight,
             pending,
+            ..Candidate::default()
         }
     }
 

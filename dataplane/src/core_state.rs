@@ -5,8 +5,10 @@
 //! Everything here is `Rc`/`Cell`/`RefCell`: it is only ever touched by its own core's thread,
 //! and no `RefCell` borrow is held across an `.await`.
 
+use crate::core_stats::CoreStats;
 use crate::doorbell::Doorbell;
 use crate::metrics::CoreRecorder;
+use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::policy::{self, Candidate, EngineView, RoutingPolicy};
 use crate::pool::IdlePool;
 use crate::reports::{ReplicaReport, ReportQueue};
@@ -212,7 +214,13 @@ impl CoreView {
 
     /// Asks arm `arm` of `model`'s policies to choose among `candidates` (non-empty); returns the
     /// replica index.
-    pub fn choose(&self, model: usize, arm: usize, candidates: &[Candidate], rng: &mut Rng) -> usize {
+    pub fn choose(
+        &self,
+        model: usize,
+        arm: usize,
+        candidates: &[Candidate],
+        rng: &mut Rng,
+    ) -> usize {
         let i = match self.arms.get(model).and_then(|arms| arms.get(arm)) {
             Some(p) => {
                 let mut p = p.borrow_mut();
@@ -260,6 +268,12 @@ pub struct CoreContext {
     /// Rung by the control thread after it publishes a snapshot.
     pub doorbell: Arc<Doorbell>,
     reports: Arc<ReportQueue>,
+    /// Shadow jobs for the shadow worker (none when not running).
+    pub shadow: Option<Sink<ShadowJob>>,
+    /// Decision records for the decision log writer (none when not running).
+    pub decisions: Option<Sink<DecisionRecord>>,
+    /// This core's routing statistics.
+    pub stats: Arc<CoreStats>,
     rng: RefCell<Rng>,
     /// Fired when the gateway shuts down.
     pub shutdown: Arc<ShutdownSignal>,
@@ -306,6 +320,12 @@ pub struct CoreLinks {
     pub doorbell: Arc<Doorbell>,
     /// Request results for the control thread's ejection logic.
     pub reports: Arc<ReportQueue>,
+    /// This core's shadow sink.
+    pub shadow: Option<Sink<ShadowJob>>,
+    /// This core's decision log sink.
+    pub decisions: Option<Sink<DecisionRecord>>,
+    /// This core's routing statistics.
+    pub stats: Arc<CoreStats>,
     /// Shutdown.
     pub shutdown: Arc<ShutdownSignal>,
 }
@@ -328,6 +348,9 @@ impl CoreContext {
             mailbox: links.mailbox,
             doorbell: links.doorbell,
             reports: links.reports,
+            shadow: links.shadow,
+            decisions: links.decisions,
+            stats: links.stats,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
             shutdown: links.shutdown,
             active_requests: Cell::new(0),
@@ -365,7 +388,8 @@ impl CoreContext {
     /// always reported; a success only when it closes a failure streak this core or the control
     /// thread has open, so healthy traffic sends nothing.
     pub fn report(&self, view: &CoreView, replica: usize, ok: bool) {
-        let (Some(state), Some(entry)) = (view.replicas.get(replica), view.snap.replicas.get(replica))
+        let (Some(state), Some(entry)) =
+            (view.replicas.get(replica), view.snap.replicas.get(replica))
         else {
             return;
         };
@@ -375,7 +399,9 @@ impl CoreContext {
                 return;
             }
         } else {
-            state.local_streak.set(state.local_streak.get().saturating_add(1));
+            state
+                .local_streak
+                .set(state.local_streak.get().saturating_add(1));
         }
         self.reports.push(ReplicaReport {
             key: state.key,
@@ -459,10 +485,9 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
                             .iter()
                             .enumerate()
                             .find(|(_, om)| om.name == m.name)?;
-                        let ai = om
-                            .arms
-                            .iter()
-                            .position(|a| a.policy == arm.policy && a.fingerprint == arm.fingerprint)?;
+                        let ai = om.arms.iter().position(|a| {
+                            a.policy == arm.policy && a.fingerprint == arm.fingerprint
+                        })?;
                         o.arms.get(mi)?.get(ai).cloned()
                     });
                     kept.unwrap_or_else(|| {

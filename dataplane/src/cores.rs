@@ -2,8 +2,10 @@
 //! SO_REUSEPORT listener and [`CoreContext`].
 
 use crate::core_state::{CoreContext, CoreLinks};
+use crate::core_stats::CoreStats;
 use crate::doorbell::Doorbell;
 use crate::http::serve_connection;
+use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::reports::ReportQueue;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::Snapshot;
@@ -94,14 +96,34 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// What the cores share with the control thread besides snapshots.
+pub struct CoreWiring {
+    /// Request results for passive ejection.
+    pub reports: Arc<ReportQueue>,
+    /// One shadow sink per core (empty: no shadow worker).
+    pub shadow: Vec<Sink<ShadowJob>>,
+    /// One decision log sink per core (empty: no decision log).
+    pub decisions: Vec<Sink<DecisionRecord>>,
+    /// One statistics block per core.
+    pub stats: Vec<Arc<CoreStats>>,
+}
+
 /// Binds one SO_REUSEPORT listener per core and starts the core threads. Returns once every core
 /// is accepting. `snapshot.metrics` must have a recorder per core.
 pub fn start_cores(
     opts: CoreOptions,
     snapshot: Arc<Snapshot>,
-    reports: Arc<ReportQueue>,
+    wiring: CoreWiring,
     shutdown: Arc<ShutdownSignal>,
 ) -> Result<CoreSet, StartError> {
+    let CoreWiring {
+        reports,
+        shadow,
+        decisions,
+        stats,
+    } = wiring;
+    let mut shadow = shadow.into_iter();
+    let mut decisions = decisions.into_iter();
     let cores = opts.cores.max(1);
     let mut listeners = Vec::with_capacity(cores);
     let mut addr = opts.listen;
@@ -138,6 +160,9 @@ pub fn start_cores(
         let cpu = (!cpu_ids.is_empty()).then(|| cpu_ids[index % cpu_ids.len()]);
         let snapshot = snapshot.clone();
         let reports = reports.clone();
+        let shadow = shadow.next();
+        let decisions = decisions.next();
+        let stats = stats.get(index).cloned().unwrap_or_default();
         let shutdown = shutdown.clone();
         let ready = ready_tx.clone();
         let opts = opts.clone();
@@ -177,6 +202,9 @@ pub fn start_cores(
                             mailbox,
                             doorbell,
                             reports,
+                            shadow,
+                            decisions,
+                            stats,
                             shutdown: shutdown.clone(),
                         },
                         opts.seed,

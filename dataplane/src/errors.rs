@@ -47,7 +47,8 @@ impl AttemptError {
     /// Whether the failure counts against the replica's health (passive ejection). The client
     /// leaving, a stale pooled connection and a replica already out of rotation do not.
     pub fn counts_against_replica(&self) -> bool {
-        !matches!(self, AttemptError::ClientGone | AttemptError::LeftRotation) && !self.stale_reuse()
+        !matches!(self, AttemptError::ClientGone | AttemptError::LeftRotation)
+            && !self.stale_reuse()
     }
 
     /// True when the failure is the classic stale keep-alive race: a pooled connection the engine

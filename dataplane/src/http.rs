@@ -2,9 +2,12 @@
 
 use crate::core_state::{CoreContext, CoreView};
 use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
+use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
+use crate::split::conversation_key;
 use inferrail_wire::headers::is_valid_request_id;
+use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::{
     find_model, full_response, openai_error, splice_model, BodyFraming, ChunkedDecoder, ErrorKind,
     Method, ModelField, ModelFieldError, RequestHead,
@@ -245,7 +248,11 @@ pub async fn serve_connection(ctx: Rc<CoreContext>, stream: TcpStream) {
                 };
                 let id = ctx.new_request_id();
                 let _ = conn
-                    .send(refusal.record(&ctx.current().recorder).response(&id, false, true))
+                    .send(
+                        refusal
+                            .record(&ctx.current().recorder)
+                            .response(&id, false, true),
+                    )
                     .await;
                 return;
             }
@@ -516,11 +523,24 @@ async fn prepare(
             return Err(Some(bad_request(e.to_string())))
         }
     };
+    // A split model's arm follows the conversation (x-session-id, else `user`, else the request
+    // id), so a conversation stays on one arm.
+    let arm = match &snap.models[model].split {
+        Some(arms) => {
+            let user = find_top_level_string(&body, "user");
+            let key = conversation_key(head.header("x-session-id"), user.as_deref(), request_id);
+            arms.choose(key)
+        }
+        None => 0,
+    };
+    let rate = snap.settings.decision_sample_rate;
+    let sampled = rate > 0.0 && sampled(request_id, rate);
     Ok(Prepared::Proxy(ProxyRequest {
         head,
         body,
         model,
-        arm: 0,
+        arm,
+        sampled,
         request_id: request_id.to_string(),
         started,
         deadline,

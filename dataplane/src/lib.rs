@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod core_state;
+pub mod core_stats;
 pub mod cores;
 pub mod doorbell;
 pub mod errors;

@@ -150,22 +150,6 @@ pub struct MetricsLayout {
     pub replicas: Vec<String>,
 }
 
-/// One label layout and a recorder per data core.
-pub struct MetricsEpoch {
-    /// The labels.
-    pub layout: MetricsLayout,
-    /// One recorder per data core.
-    pub recorders: Vec<std::sync::Arc<CoreRecorder>>,
-}
-
-impl MetricsEpoch {
-    /// A fresh epoch.
-    pub fn new(layout: MetricsLayout, cores: usize) -> std::sync::Arc<MetricsEpoch> {
-        let recorders = (0..cores).map(|_| std::sync::Arc::new(CoreRecorder::new(&layout))).collect();
-        std::sync::Arc::new(MetricsEpoch { layout, recorders })
-    }
-}
-
 #[repr(align(128))]
 struct Line([AtomicU64; 16]);
 
@@ -314,18 +298,6 @@ impl CoreRecorder {
             .position(|x| *x == reason)
             .unwrap_or(0);
         self.add(self.off.errors + i, 1);
-    }
-
-    /// Moves this core's pending gauge for `replica` by `delta` (+1 or -1).
-    pub fn pending(&self, _replica: usize, _delta: i64) {}
-
-    /// This core's (in flight, pending) for a replica slot.
-    pub fn replica_load(&self, replica: usize) -> (i64, i64) {
-        if replica < self.off.replicas {
-            (self.read(self.off.in_flight + replica) as i64, 0)
-        } else {
-            (0, 0)
-        }
     }
 
     /// Moves this core's in-flight gauge for `replica` by `delta` (+1 or -1).

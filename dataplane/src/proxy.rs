@@ -5,6 +5,8 @@ use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
 use crate::errors::AttemptError;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
+use crate::observe::{DecisionRecord, ShadowJob};
+use crate::policy::Candidate;
 use crate::sockets::ClientWatch;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
@@ -15,7 +17,6 @@ use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 use monoio::time::{sleep, timeout_at};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bodies up to this size are sent in the same write as the request head.
@@ -33,6 +34,8 @@ pub struct ProxyRequest {
     pub model: usize,
     /// The model's split arm this request belongs to (0 without a split).
     pub arm: usize,
+    /// The request's routing decisions go to the decision log.
+    pub sampled: bool,
     /// The request id (client's or generated), sent upstream and back.
     pub request_id: String,
     /// When the request head was read.
@@ -141,6 +144,7 @@ fn client_head(
     up: &ResponseHead,
     request_id: &str,
     replica: &str,
+    policy: &str,
     relay: &Relay,
     close: bool,
     minor: u8,
@@ -161,6 +165,7 @@ fn client_head(
             || listed_in_connection(connection, name)
             || name.eq_ignore_ascii_case(b"x-request-id")
             || name.eq_ignore_ascii_case(b"x-inferrail-replica")
+            || name.eq_ignore_ascii_case(b"x-inferrail-policy")
         {
             continue;
         }
@@ -171,6 +176,7 @@ fn client_head(
     }
     push_header(&mut out, b"x-request-id", request_id.as_bytes());
     push_header(&mut out, b"x-inferrail-replica", replica.as_bytes());
+    push_header(&mut out, b"x-inferrail-policy", policy.as_bytes());
     if close {
         push_header(&mut out, b"connection", b"close");
     } else if minor == 0 {
@@ -211,6 +217,7 @@ pub async fn forward(
             break;
         }
         let replica = ctx.with_rng(|rng| view.choose(req.model, req.arm, &candidates, rng));
+        observe_decision(ctx, view, &req, attempt, replica, &candidates);
         tried.push(replica);
         let Some(mut slot) = view.acquire(replica) else {
             break;
@@ -300,6 +307,56 @@ pub async fn forward(
     conn.send(refusal.response(&req.request_id, false, close_client))
         .await
         && !close_client
+}
+
+/// Hands a routing decision to the observers without waiting: statistics, the shadow worker
+/// (first attempts only) and the decision log (sampled requests only).
+fn observe_decision(
+    ctx: &CoreContext,
+    view: &CoreView,
+    req: &ProxyRequest,
+    attempt: u32,
+    winner: usize,
+    candidates: &[Candidate],
+) {
+    let oldest = candidates
+        .iter()
+        .filter_map(|c| c.engine.map(|e| e.age_micros))
+        .max()
+        .map(Duration::from_micros);
+    ctx.stats.decision(oldest);
+    let snap = &view.snap;
+    let policy = view.arm_policy(req.model, req.arm);
+    if attempt == 1 {
+        if let Some(sink) = &ctx.shadow {
+            let shadow = &snap.models[req.model].shadow;
+            if !shadow.is_empty() {
+                sink.try_send(ShadowJob {
+                    snapshot: snap.clone(),
+                    model: req.model,
+                    shadow: shadow.clone(),
+                    policy,
+                    request_id: req.request_id.clone(),
+                    chosen: winner,
+                    candidates: candidates.to_vec(),
+                });
+            }
+        }
+    }
+    if req.sampled {
+        if let Some(sink) = &ctx.decisions {
+            sink.try_send(DecisionRecord {
+                snapshot: snap.clone(),
+                model: req.model,
+                policy,
+                request_id: req.request_id.clone(),
+                attempt,
+                winner,
+                candidates: candidates.to_vec(),
+                prompt: snap.settings.log_prompts.then(|| req.body.clone()),
+            });
+        }
+    }
 }
 
 /// Exponential backoff before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped.
@@ -469,6 +526,7 @@ async fn try_replica(
         &up.head,
         &req.request_id,
         &entry.id,
+        view.arm_policy(req.model, req.arm).as_str(),
         &relay,
         close_after,
         client_minor,
@@ -580,7 +638,9 @@ async fn try_replica(
 
     let complete = done && outcome != Outcome::ClientClosed && outcome != Outcome::Failed;
     if complete && upstream_reusable {
-        slot.replica().pool.checkin(upstream, snap.settings.pool_max_idle);
+        slot.replica()
+            .pool
+            .checkin(upstream, snap.settings.pool_max_idle);
     }
     recorder.request(model, Some(replica), outcome);
     recorder.duration(model, req.started.elapsed());

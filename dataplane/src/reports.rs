@@ -124,7 +124,11 @@ mod tests {
                             if key % 10 == 0 {
                                 std::thread::sleep(Duration::from_millis(2));
                             }
-                            q.push(ReplicaReport { key, ok: false, at: Instant::now() });
+                            q.push(ReplicaReport {
+                                key,
+                                ok: false,
+                                at: Instant::now(),
+                            });
                         }
                     })
                 };
@@ -146,7 +150,11 @@ mod tests {
     fn a_full_queue_drops_and_counts() {
         let q = ReportQueue::new(2);
         for key in 0..5 {
-            q.push(ReplicaReport { key, ok: true, at: Instant::now() });
+            q.push(ReplicaReport {
+                key,
+                ok: true,
+                at: Instant::now(),
+            });
         }
         assert_eq!(q.dropped(), 3);
     }

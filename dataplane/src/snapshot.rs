@@ -2,6 +2,7 @@
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
 use crate::metrics::{MetricsEpoch, MetricsLayout};
+use crate::split::Arms;
 use inferrail_config::{Config, PolicyKind};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -71,6 +72,8 @@ pub struct ModelEntry {
     pub aliases: Vec<String>,
     /// The routing arms: one for a model without a split.
     pub arms: Vec<Arm>,
+    /// The arm chooser when there is more than one arm.
+    pub split: Option<Arms>,
     /// Policies evaluated alongside the real one, for comparison only.
     pub shadow: Arc<[PolicyKind]>,
     /// Indices into [`Snapshot::replicas`] of replicas serving this model.
@@ -82,7 +85,9 @@ pub struct ModelEntry {
 impl ModelEntry {
     /// The policy of the first (or only) arm.
     pub fn policy(&self) -> PolicyKind {
-        self.arms.first().map_or(PolicyKind::LeastRequest, |a| a.policy)
+        self.arms
+            .first()
+            .map_or(PolicyKind::LeastRequest, |a| a.policy)
     }
 }
 
@@ -234,7 +239,11 @@ impl ConfigPart {
         let routing_fp = routing_fingerprint(config);
         let mut models = Vec::with_capacity(config.models.len());
         for m in &config.models {
-            let split = &config.routing.split; // MERGE-H3
+            let split = if m.split.is_empty() {
+                &config.routing.split
+            } else {
+                &m.split
+            };
             let arms: Vec<Arm> = if split.is_empty() {
                 vec![Arm {
                     policy: m.policy.unwrap_or(config.routing.default_policy),
@@ -259,12 +268,24 @@ impl ConfigPart {
                     });
                 }
             }
-            let shadow = &config.routing.shadow; // MERGE-H3
+            let shadow = if m.shadow.is_empty() {
+                &config.routing.shadow
+            } else {
+                &m.shadow
+            };
+            let weights: Vec<(PolicyKind, u32)> =
+                arms.iter().map(|a| (a.policy, a.weight)).collect();
+            let split = Arms::new(&weights).ok().filter(Arms::is_split);
             models.push(ModelEntry {
                 name: m.name.clone(),
                 aliases: m.aliases.clone(),
                 arms,
-                shadow: shadow.iter().copied().filter(|p| crate::policy::build(*p).is_some()).collect(),
+                split,
+                shadow: shadow
+                    .iter()
+                    .copied()
+                    .filter(|p| crate::policy::build(*p).is_some())
+                    .collect(),
                 replicas: Vec::new(),
                 metrics_slot: 0,
             });
@@ -322,10 +343,13 @@ impl Snapshot {
         let replicas: Vec<ReplicaEntry> = replicas
             .into_iter()
             .map(|(spec, live)| {
-                let total = live.per_core.iter().fold(CoreLoad::default(), |a, c| CoreLoad {
-                    in_flight: a.in_flight.saturating_add(c.in_flight),
-                    pending: a.pending.saturating_add(c.pending),
-                });
+                let total = live
+                    .per_core
+                    .iter()
+                    .fold(CoreLoad::default(), |a, c| CoreLoad {
+                        in_flight: a.in_flight.saturating_add(c.in_flight),
+                        pending: a.pending.saturating_add(c.pending),
+                    });
                 let metrics_slot = metrics.layout.replicas.iter().position(|id| *id == spec.id);
                 ReplicaEntry {
                     spec,

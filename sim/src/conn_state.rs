@@ -24,6 +24,8 @@ pub(crate) struct Conn {
     waker: Cell<Option<Waker>>,
     canceller: RefCell<Option<Canceller>>,
     pub(crate) handle: CancelHandle,
+    /// A completion request arrived on this connection.
+    pub(crate) carried_completion: Cell<bool>,
 }
 
 impl Conn {
@@ -38,6 +40,7 @@ impl Conn {
             waker: Cell::new(None),
             canceller: RefCell::new(Some(canceller)),
             handle,
+            carried_completion: Cell::new(false),
         }
     }
 

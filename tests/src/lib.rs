@@ -4,7 +4,7 @@
 #![deny(rust_2018_idioms)]
 
 use inferrail_control::client::{Connection, Response};
-use inferrail_control::Gateway;
+use inferrail_control::{ConfigSource, Gateway, GatewayOptions};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -53,9 +53,20 @@ pub struct TestGateway {
 impl TestGateway {
     /// Starts a gateway from YAML text.
     pub fn start(yaml: &str) -> TestGateway {
-        let config =
-            inferrail_config::parse_str(yaml).unwrap_or_else(|e| panic!("config: {e}\n{yaml}"));
-        let gateway = Gateway::start(&config).expect("gateway starts");
+        let source =
+            ConfigSource::from_yaml(yaml).unwrap_or_else(|e| panic!("config: {e}\n{yaml}"));
+        TestGateway::start_source(source, GatewayOptions::default())
+    }
+
+    /// Starts a gateway from a config file (reloads re-read it) with `options`.
+    pub fn start_file(path: &std::path::Path, options: GatewayOptions) -> TestGateway {
+        let source = ConfigSource::load(path).unwrap_or_else(|e| panic!("config: {e}"));
+        TestGateway::start_source(source, options)
+    }
+
+    /// Starts a gateway from a config source with `options`.
+    pub fn start_source(source: ConfigSource, options: GatewayOptions) -> TestGateway {
+        let gateway = Gateway::start_with(source, options).expect("gateway starts");
         TestGateway {
             addr: gateway.listen_addr,
             admin: gateway.admin_addr,
@@ -76,6 +87,22 @@ impl TestGateway {
             g.shutdown();
             g.wait();
         }
+    }
+
+    /// An admin API call: method, path, JSON body; returns status and parsed JSON (Null when the
+    /// body is not JSON).
+    pub fn admin(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
+        let headers: &[(&str, &str)] = &[("content-type", "application/json")];
+        let r = inferrail_control::client::call(
+            self.admin,
+            method,
+            path,
+            headers,
+            body.map(str::as_bytes),
+        )
+        .expect("admin call");
+        let json = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+        (r.status, json)
     }
 
     /// The merged /metrics text.

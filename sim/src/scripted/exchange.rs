@@ -262,8 +262,12 @@ async fn completion(
 ) -> bool {
     let at = Instant::now();
     let behavior = local.behavior();
+    let first_on_conn = !conn.carried_completion.replace(true);
     local.shared.with_stats(|s| {
         s.requests += 1;
+        if first_on_conn {
+            s.completion_connections += 1;
+        }
         s.in_flight += 1;
         s.max_in_flight = s.max_in_flight.max(s.in_flight);
     });

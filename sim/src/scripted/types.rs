@@ -85,8 +85,10 @@ pub struct EngineStats {
     pub client_disconnects: u64,
     /// When the engine noticed the latest such close.
     pub last_disconnect: Option<Instant>,
-    /// TCP connections accepted.
+    /// TCP connections accepted (health checks and scrapes included).
     pub connections_accepted: u64,
+    /// Connections that carried at least one completion request.
+    pub completion_connections: u64,
 }
 
 /// One completion request as the engine received it (body de-chunked).

@@ -149,7 +149,7 @@ fn upstream_connections_are_reused() {
         assert_eq!(post_chat(gw.addr, &chat(MODEL, false)).status, 200);
     }
     assert_eq!(
-        e[0].stats().connections_accepted,
+        e[0].stats().completion_connections,
         1,
         "one pooled keep-alive connection"
     );
