@@ -185,3 +185,102 @@ pub fn shared_fleet() -> &'static (Vec<ScriptedEngine>, TestGateway) {
     let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
     Box::leak(Box::new((e, gw)))
 }
+
+/// One response seen by [`paced_load`].
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Request number.
+    pub index: usize,
+    /// Status (0 when the connection failed or the response was cut).
+    pub status: u16,
+    /// `x-inferrail-replica`.
+    pub replica: Option<String>,
+    /// `x-inferrail-policy`.
+    pub policy: Option<String>,
+    /// The body was complete (a streamed one ended with `data: [DONE]`).
+    pub complete: bool,
+    /// When the response ended.
+    pub at: Instant,
+}
+
+/// Sends `total` chat requests at about `rate` per second over `threads` keep-alive connections
+/// (each thread on its own fixed cadence; a thread whose response is late sends its next one at
+/// once). Every other request streams when `mixed`. `headers(i)` gives request `i`'s extra
+/// headers. Bounded: every response has a 10 s read timeout.
+pub fn paced_load(
+    addr: SocketAddr,
+    total: usize,
+    rate: f64,
+    threads: usize,
+    mixed: bool,
+    headers: impl Fn(usize) -> Vec<(String, String)> + Sync,
+) -> Vec<Seen> {
+    let threads = threads.max(1);
+    let period = Duration::from_secs_f64(threads as f64 / rate.max(1.0));
+    let start = Instant::now();
+    let headers = &headers;
+    let mut out: Vec<Seen> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut conn: Option<Connection> = None;
+                    for (k, index) in (t..total).step_by(threads).enumerate() {
+                        let due = start + period * k as u32 + period * t as u32 / threads as u32;
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                        let stream = mixed && index % 2 == 1;
+                        let body = chat(MODEL, stream);
+                        let h = headers(index);
+                        let h: Vec<(&str, &str)> =
+                            h.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+                        let c = match conn.take() {
+                            Some(c) => Some(c),
+                            None => Connection::open(addr, Duration::from_secs(10)).ok(),
+                        };
+                        let result = c.and_then(|mut c| {
+                            let r = c.call("POST", "/v1/chat/completions", &h, Some(&body)).ok();
+                            r.map(|r| (c, r))
+                        });
+                        match result {
+                            Some((c, r)) => {
+                                let complete = if stream {
+                                    r.text().contains("data: [DONE]")
+                                } else {
+                                    r.text().contains("\"choices\"")
+                                };
+                                if r.header("connection") != Some("close") {
+                                    conn = Some(c);
+                                }
+                                seen.push(Seen {
+                                    index,
+                                    status: r.status,
+                                    replica: r.header("x-inferrail-replica").map(str::to_string),
+                                    policy: r.header("x-inferrail-policy").map(str::to_string),
+                                    complete,
+                                    at: Instant::now(),
+                                });
+                            }
+                            None => seen.push(Seen {
+                                index,
+                                status: 0,
+                                replica: None,
+                                policy: None,
+                                complete: false,
+                                at: Instant::now(),
+                            }),
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    out.sort_by_key(|s| s.index);
+    out
+}
