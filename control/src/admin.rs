@@ -9,7 +9,7 @@ use inferrail_wire::{full_response, openai_error, BodyFraming, ErrorKind, Method
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 /// Largest admin request body (a config patch).
@@ -18,7 +18,7 @@ const MAX_ADMIN_BODY: usize = 1024 * 1024;
 /// Accepts admin connections until `stop` completes.
 pub async fn serve(
     listener: TcpListener,
-    ctl: Rc<RefCell<Controller>>,
+    ctl: Weak<RefCell<Controller>>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let mut stop = std::pin::pin!(stop);
@@ -100,7 +100,9 @@ impl AdminResponse {
     }
 }
 
-async fn serve_connection(ctl: Rc<RefCell<Controller>>, mut stream: TcpStream) {
+/// Serves one admin connection. It holds the controller weakly, so an idle keep-alive connection
+/// never keeps the controller (and its workers) alive past shutdown.
+async fn serve_connection(ctl: Weak<RefCell<Controller>>, mut stream: TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
         let head = loop {
@@ -142,7 +144,9 @@ async fn serve_connection(ctl: Rc<RefCell<Controller>>, mut stream: TcpStream) {
         }
         let body: Vec<u8> = buf.drain(..body_len).collect();
         let head_only = head.method == Method::Head;
+        let Some(ctl) = ctl.upgrade() else { return };
         let response = route(&ctl, &head, &body, started);
+        drop(ctl);
         if !write(&mut stream, response, head_only, head.close).await || head.close {
             return;
         }

@@ -68,10 +68,12 @@ async fn run(inputs: ControlInputs) {
         }
     };
     let ctl = Controller::start(seed);
-    monoio::spawn(report_loop(ctl.clone(), reports, shutdown.clone()));
-    monoio::spawn(tick_loop(ctl.clone(), sighup, shutdown.clone()));
-    admin::serve(listener, ctl.clone(), shutdown.wait()).await;
-    // Stop the replica workers and observers with the controller.
+    let reporter = monoio::spawn(report_loop(ctl.clone(), reports, shutdown.clone()));
+    let ticker = monoio::spawn(tick_loop(ctl.clone(), sighup, shutdown.clone()));
+    admin::serve(listener, Rc::downgrade(&ctl), shutdown.wait()).await;
+    reporter.await;
+    ticker.await;
+    // The last strong reference: the replica workers stop and the observer references go.
     drop(ctl);
 }
 

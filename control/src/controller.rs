@@ -99,12 +99,13 @@ pub struct CoreLinks {
 
 /// The observer threads and per-core counters the admin API reports.
 pub struct Observers {
-    /// The shadow worker, when running.
-    pub shadow: Option<ShadowHandle>,
+    /// The shadow worker, when running (the gateway holds another reference and drops the last
+    /// one after the data cores stopped, which flushes the log).
+    pub shadow: Option<Arc<ShadowHandle>>,
     /// Each core's shadow drop counter.
     pub shadow_dropped: Vec<Arc<AtomicU64>>,
-    /// The decision log writer, when running.
-    pub decision_log: Option<DecisionLogHandle>,
+    /// The decision log writer, when running (dropped last by the gateway, like `shadow`).
+    pub decision_log: Option<Arc<DecisionLogHandle>>,
     /// Each core's decision log drop counter.
     pub decision_dropped: Vec<Arc<AtomicU64>>,
     /// The cores' request reports.
@@ -118,7 +119,7 @@ impl Observers {
     pub fn shadow_report(&self) -> serde_json::Value {
         self.shadow.as_ref().map_or_else(
             || serde_json::json!({"decisions": 0, "models": {}}),
-            ShadowHandle::report,
+            |h| h.report(),
         )
     }
 

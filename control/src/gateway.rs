@@ -2,11 +2,11 @@
 
 use crate::control_thread::{self, ControlInputs};
 use crate::controller::{self, CoreLinks, Observers, Seed, DISCOVERY_START_WAIT};
-use crate::decision_log::spawn_decision_log;
+use crate::decision_log::{spawn_decision_log, DecisionLogHandle};
 use crate::discovery::{Discovery, Resolver, SystemResolver};
 use crate::live_config::ConfigStore;
 use crate::registry::{static_replicas, Registry, ResolveError};
-use crate::shadow::spawn_shadow;
+use crate::shadow::{spawn_shadow, ShadowHandle};
 use inferrail_config::{Config, ConfigError, Count};
 use inferrail_dataplane::core_stats::CoreStats;
 use inferrail_dataplane::cores::CoreWiring;
@@ -106,6 +106,8 @@ pub struct GatewayOptions {
 pub struct Gateway {
     cores: CoreSet,
     control: JoinHandle<()>,
+    /// The observer threads, released last so their logs are complete when `wait` returns.
+    observers: (Option<Arc<ShadowHandle>>, Option<Arc<DecisionLogHandle>>),
     shutdown: Arc<ShutdownSignal>,
     /// The client listen address (real port).
     pub listen_addr: SocketAddr,
@@ -183,6 +185,7 @@ impl Gateway {
         let (shadow_sinks, shadow_rx) = sink_pair(4096, core_count);
         let shadow_dropped = shadow_sinks.iter().map(|s| s.dropped_counter()).collect();
         let shadow = spawn_shadow(shadow_rx, seed, config.observability.shadow_log.clone())
+            .map(Arc::new)
             .map_err(|source| GatewayError::Thread {
                 what: "the shadow worker",
                 source,
@@ -198,7 +201,7 @@ impl Gateway {
                             what: "the decision log",
                             source,
                         })?;
-                    (sinks, Some(handle), dropped)
+                    (sinks, Some(Arc::new(handle)), dropped)
                 }
                 None => (Vec::new(), None, Vec::new()),
             };
@@ -259,9 +262,9 @@ impl Gateway {
             },
             log_prompts,
             observers: Observers {
-                shadow: Some(shadow),
+                shadow: Some(shadow.clone()),
                 shadow_dropped,
-                decision_log,
+                decision_log: decision_log.clone(),
                 decision_dropped,
                 reports: reports.clone(),
                 stats,
@@ -280,6 +283,7 @@ impl Gateway {
         Ok(Gateway {
             cores,
             control,
+            observers: (Some(shadow), decision_log),
             shutdown,
             listen_addr,
             admin_addr,
@@ -298,9 +302,29 @@ impl Gateway {
         self.shutdown.clone()
     }
 
-    /// Waits until every core and the control thread have stopped.
+    /// Waits until every core and the control thread have stopped, then stops the observer
+    /// threads, which write out everything the cores handed them.
     pub fn wait(self) {
         self.cores.join();
         let _ = self.control.join();
+        let (shadow, decisions) = self.observers;
+        for (what, result) in [
+            (
+                "shadow log",
+                shadow
+                    .and_then(|h| Arc::try_unwrap(h).ok())
+                    .map(ShadowHandle::stop),
+            ),
+            (
+                "decision log",
+                decisions
+                    .and_then(|h| Arc::try_unwrap(h).ok())
+                    .map(DecisionLogHandle::stop),
+            ),
+        ] {
+            if let Some(Err(e)) = result {
+                eprintln!("inferrail: {what}: {e}");
+            }
+        }
     }
 }

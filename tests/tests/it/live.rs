@@ -148,23 +148,22 @@ fn unchanged_policies_keep_their_state_and_replicas_their_counters() {
     );
 
     // A replica set change makes a new metrics layout; counters of replicas that stay go on.
-    let before = metric(
-        &gw.metrics(),
-        "inferrail_requests_total{model=\"sim-llama\",replica=\"engine-0\",outcome=\"success\"}",
-    )
-    .unwrap();
+    // (A request is counted just after its response is written: wait for the count to settle.)
+    const ENGINE0: &str =
+        "inferrail_requests_total{model=\"sim-llama\",replica=\"engine-0\",outcome=\"success\"}";
+    let count = || metric(&gw.metrics(), ENGINE0).unwrap_or(0.0);
+    assert!(wait_until(Duration::from_secs(5), || count() == 1.0));
     let patch = json!({"replicas": replicas_json(&e, &[0, 1])});
     let (status, _) = gw.admin("PATCH", "/admin/config", Some(&patch.to_string()));
     assert_eq!(status, 200);
     for _ in 0..4 {
         next();
     }
-    let after = metric(
-        &gw.metrics(),
-        "inferrail_requests_total{model=\"sim-llama\",replica=\"engine-0\",outcome=\"success\"}",
-    )
-    .unwrap();
-    assert_eq!(after, before + 2.0);
+    assert!(
+        wait_until(Duration::from_secs(5), || count() == 3.0),
+        "engine-0 served 1 request before and 2 of 4 after: {}",
+        count()
+    );
 }
 
 #[test]
