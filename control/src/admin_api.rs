@@ -60,6 +60,10 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
                     .filter(|u| *u > now)
                     .map(|u| millis(u - now)),
                 "ejections": facts.ejections,
+                "last_ejection": facts.last_ejection.map(|(first, trip)| json!({
+                    "after_first_failure_ms": millis(first),
+                    "after_tripping_failure_ms": millis(trip),
+                })),
                 "in_flight": load.in_flight,
                 "pending": load.pending,
                 "max_concurrency": r.spec.max_concurrency,

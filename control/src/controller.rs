@@ -64,6 +64,11 @@ pub struct ReplicaFacts {
     pub scrapes: [u64; 3],
     /// Times the replica was ejected.
     pub ejections: u64,
+    /// When the current streak of failed requests began (a core's clock at the first failure).
+    pub streak_started: Option<Instant>,
+    /// The last ejection: time from the streak's first failure, and from the failure that
+    /// tripped it, to the ejection on the control thread.
+    pub last_ejection: Option<(Duration, Duration)>,
 }
 
 impl Default for ReplicaFacts {
@@ -74,6 +79,8 @@ impl Default for ReplicaFacts {
             scrape: ScrapeState::Never,
             scrapes: [0; 3],
             ejections: 0,
+            streak_started: None,
+            last_ejection: None,
         }
     }
 }
@@ -423,7 +430,27 @@ impl Controller {
         let mut changed = false;
         for r in batch {
             let before = self.health.failure_streak(r.key) > 0;
+            if let Some(f) = self.facts.get_mut(&r.key) {
+                match (r.ok, f.streak_started) {
+                    (true, _) => f.streak_started = None,
+                    (false, None) => f.streak_started = Some(r.at),
+                    (false, Some(_)) => {}
+                }
+            }
             let changes = self.health.request_result(r.key, r.ok, r.at);
+            let now = Instant::now();
+            for change in &changes {
+                if let HealthChange::Ejected { key, .. } = change {
+                    if let Some(f) = self.facts.get_mut(key) {
+                        let first = f.streak_started.unwrap_or(r.at);
+                        f.last_ejection = Some((
+                            now.saturating_duration_since(first),
+                            now.saturating_duration_since(r.at),
+                        ));
+                        f.streak_started = None;
+                    }
+                }
+            }
             changed |= self.note_changes(&changes);
             changed |= before != (self.health.failure_streak(r.key) > 0);
         }

@@ -514,3 +514,168 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
         core,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{MetricsEpoch, MetricsLayout};
+    use crate::snapshot::{ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec};
+    use std::time::Duration;
+
+    const CONFIG: &str = "\
+models:
+  - name: m
+    policy: round_robin
+replicas:
+  - {id: a, url: 'http://127.0.0.1:9001', models: [m]}
+  - {id: b, url: 'http://127.0.0.1:9002', models: [m]}
+";
+
+    fn spec(key: u64, id: &str) -> ReplicaSpec {
+        ReplicaSpec {
+            key,
+            id: id.into(),
+            addr: ([127, 0, 0, 1], 9000 + key as u16).into(),
+            authority: format!("127.0.0.1:{}", 9000 + key),
+            models: vec!["m".into()],
+            max_concurrency: 100,
+            max_pending: 100,
+        }
+    }
+
+    fn snapshot(replicas: Vec<(ReplicaSpec, ReplicaLive)>, generation: u64) -> Arc<Snapshot> {
+        let config = inferrail_config::parse_str(CONFIG).unwrap();
+        let part = ConfigPart::from_config(&config, 1, 0).unwrap();
+        let layout = MetricsLayout {
+            models: vec!["m".into()],
+            replicas: replicas.iter().map(|(s, _)| s.id.clone()).collect(),
+        };
+        Arc::new(Snapshot::assemble(
+            &part,
+            replicas,
+            generation,
+            MetricsEpoch::new(layout, 2),
+        ))
+    }
+
+    fn live(
+        routable: bool,
+        per_core: [(u32, u32); 2],
+        report: Option<EngineReport>,
+    ) -> ReplicaLive {
+        ReplicaLive {
+            routable,
+            failure_streak: false,
+            report,
+            per_core: per_core
+                .iter()
+                .map(|&(in_flight, pending)| CoreLoad { in_flight, pending })
+                .collect(),
+        }
+    }
+
+    fn report(received: Instant, running: f64) -> EngineReport {
+        EngineReport {
+            running,
+            waiting: 0.0,
+            kv_cache_usage: 0.5,
+            prefix_cache_queries: 0.0,
+            prefix_cache_hits: 0.0,
+            preemptions: 0.0,
+            kv_capacity_blocks: None,
+            received,
+        }
+    }
+
+    #[test]
+    fn candidates_add_the_other_cores_load_and_drop_stale_reports() {
+        let now = Instant::now();
+        let snap = snapshot(
+            vec![
+                (
+                    spec(1, "a"),
+                    live(true, [(5, 1), (7, 2)], Some(report(now, 3.0))),
+                ),
+                (
+                    spec(2, "b"),
+                    live(
+                        true,
+                        [(0, 0), (4, 0)],
+                        Some(report(now - Duration::from_secs(1), 9.0)),
+                    ),
+                ),
+            ],
+            1,
+        );
+        // Core 0's own counts are its live cells (1 in flight on `a`), not the snapshot's 5.
+        let view = build_view(0, 2, snap, None);
+        let _slot = view.acquire(0).unwrap();
+        let c = view.candidates(0, &[], now);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].in_flight, c[0].pending), (1 + 7, 1 + 2));
+        assert_eq!(c[0].engine.map(|e| e.running), Some(3.0));
+        assert_eq!((c[1].in_flight, c[1].pending), (4, 0));
+        assert!(
+            c[1].engine.is_none(),
+            "a report older than max_age is ignored"
+        );
+    }
+
+    #[test]
+    fn replicas_out_of_rotation_are_skipped_and_their_waiters_woken() {
+        let now = Instant::now();
+        let first = snapshot(
+            vec![
+                (spec(1, "a"), live(true, [(0, 0); 2], None)),
+                (spec(2, "b"), live(true, [(0, 0); 2], None)),
+            ],
+            1,
+        );
+        let view = build_view(0, 2, first, None);
+        let a = view.replicas[0].clone();
+        let mut left = std::pin::pin!(a.left_rotation());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(left.as_mut().poll(&mut cx).is_pending());
+        let second = snapshot(
+            vec![
+                (spec(1, "a"), live(false, [(0, 0); 2], None)),
+                (spec(2, "b"), live(true, [(0, 0); 2], None)),
+            ],
+            2,
+        );
+        let next = build_view(0, 2, second, Some(&view));
+        assert!(
+            Rc::ptr_eq(&next.replicas[0], &a),
+            "the replica keeps its state by key"
+        );
+        assert!(left.as_mut().poll(&mut cx).is_ready());
+        let c = next.candidates(0, &[], now);
+        assert_eq!(c.iter().map(|c| c.replica).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn policy_objects_survive_snapshots_that_keep_their_settings() {
+        let snap = |generation| {
+            snapshot(
+                vec![
+                    (spec(1, "a"), live(true, [(0, 0); 2], None)),
+                    (spec(2, "b"), live(true, [(0, 0); 2], None)),
+                ],
+                generation,
+            )
+        };
+        let v1 = build_view(0, 2, snap(1), None);
+        let v2 = build_view(0, 2, snap(2), Some(&v1));
+        assert!(Rc::ptr_eq(&v1.arms[0][0], &v2.arms[0][0]));
+        let mut rng = Rng::new(1);
+        let c = v2.candidates(0, &[], Instant::now());
+        let first = v2.choose(0, 0, &c, &mut rng);
+        let v3 = build_view(0, 2, snap(3), Some(&v2));
+        let second = v3.choose(0, 0, &c, &mut rng);
+        assert_ne!(
+            first, second,
+            "round robin continued its turn across snapshots"
+        );
+    }
+}

@@ -1,76 +1,14 @@
-//! A cross-thread wake-up for one data core: the control thread rings it after publishing a
-//! snapshot, and the core's snapshot task adopts the snapshot at once instead of at its next
-//! request, so requests waiting on a replica that left rotation hear of it within a wake-up.
+//! The data cores' use of [`inferrail_sync::Doorbell`], tested across real threads and runtimes
+//! (the loom model of its logic is in `sync/tests/loom_doorbell.rs`).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
-
-/// Rung by one thread, awaited by one task. The lock is taken once per wait and once per ring,
-/// never on a request path.
-#[derive(Debug, Default)]
-pub struct Doorbell {
-    rung: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Doorbell {
-    /// A doorbell that has not been rung.
-    pub fn new() -> Doorbell {
-        Doorbell::default()
-    }
-
-    /// Rings: the waiting task (if any) wakes; a ring while nobody waits is kept for the next wait.
-    pub fn ring(&self) {
-        self.rung.store(true, Ordering::Release);
-        let waker = match self.waker.lock() {
-            Ok(mut w) => w.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    /// Completes at the next ring (at once if one came since the last wait ended).
-    pub fn rung(&self) -> Rung<'_> {
-        Rung { bell: self }
-    }
-}
-
-/// Future of [`Doorbell::rung`].
-pub struct Rung<'a> {
-    bell: &'a Doorbell,
-}
-
-impl Future for Rung<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.bell.rung.swap(false, Ordering::AcqRel) {
-            return Poll::Ready(());
-        }
-        {
-            let mut slot = match self.bell.waker.lock() {
-                Ok(w) => w,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            *slot = Some(cx.waker().clone());
-        }
-        // A ring between the first check and the registration must not be lost.
-        if self.bell.rung.swap(false, Ordering::AcqRel) {
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
-}
+pub use inferrail_sync::Doorbell;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::sync::Arc;
+    use std::task::Context;
     use std::time::Duration;
 
     #[test]

@@ -1,14 +1,11 @@
 //! Request results from the data cores to the control thread, for passive ejection.
 //!
 //! A core pushes without blocking (a bounded lock-free channel; a full queue drops the report and
-//! counts it) and wakes the control thread's reader. Cores only report failures and the success
+//! counts it) and rings the control thread's doorbell (loom-checked, `inferrail_sync::Doorbell`). Cores only report failures and the success
 //! that ends a failure streak, so healthy traffic costs nothing here.
 
-use std::future::Future;
-use std::pin::Pin;
+use inferrail_sync::Doorbell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 /// One finished attempt on a replica.
@@ -27,7 +24,7 @@ pub struct ReplicaReport {
 pub struct ReportQueue {
     tx: crossbeam_channel::Sender<ReplicaReport>,
     rx: crossbeam_channel::Receiver<ReplicaReport>,
-    waker: Mutex<Option<Waker>>,
+    bell: Doorbell,
     dropped: AtomicU64,
 }
 
@@ -38,7 +35,7 @@ impl ReportQueue {
         ReportQueue {
             tx,
             rx,
-            waker: Mutex::new(None),
+            bell: Doorbell::new(),
             dropped: AtomicU64::new(0),
         }
     }
@@ -49,12 +46,7 @@ impl ReportQueue {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        // try_lock: if the reader holds the lock it is registering and will re-check the queue.
-        if let Ok(mut w) = self.waker.try_lock() {
-            if let Some(w) = w.take() {
-                w.wake();
-            }
-        }
+        self.bell.ring();
     }
 
     /// Reports dropped because the queue was full.
@@ -62,41 +54,15 @@ impl ReportQueue {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Waits until at least one report is queued, then returns every queued report.
-    pub fn next_batch(&self) -> NextBatch<'_> {
-        NextBatch { queue: self }
-    }
-
-    fn drain(&self) -> Vec<ReplicaReport> {
-        self.rx.try_iter().collect()
-    }
-}
-
-/// Future of [`ReportQueue::next_batch`].
-pub struct NextBatch<'a> {
-    queue: &'a ReportQueue,
-}
-
-impl Future for NextBatch<'_> {
-    type Output = Vec<ReplicaReport>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<ReplicaReport>> {
-        let batch = self.queue.drain();
-        if !batch.is_empty() {
-            return Poll::Ready(batch);
-        }
-        {
-            let mut slot = match self.queue.waker.lock() {
-                Ok(w) => w,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            *slot = Some(cx.waker().clone());
-        }
-        let batch = self.queue.drain();
-        if batch.is_empty() {
-            Poll::Pending
-        } else {
-            Poll::Ready(batch)
+    /// Waits until at least one report is queued, then returns every queued report. One reader.
+    pub async fn next_batch(&self) -> Vec<ReplicaReport> {
+        loop {
+            let batch: Vec<ReplicaReport> = self.rx.try_iter().collect();
+            if !batch.is_empty() {
+                return batch;
+            }
+            // A push after the drain above rings the bell, so this wait cannot miss it.
+            self.bell.rung().await;
         }
     }
 }

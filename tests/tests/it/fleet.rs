@@ -46,7 +46,10 @@ fn a_killed_engine_is_ejected_fast_under_load_and_readmitted_when_back() {
         }
     }
     let ejected_after = ejected_after.expect("the killed engine was ejected");
-    eprintln!("engine-1 ejected {ejected_after:?} after it was killed");
+    let (_, v) = gw.admin("GET", "/admin/replicas", None);
+    let timing = &replica(&v, "engine-1").unwrap()["last_ejection"];
+    assert!(timing["after_first_failure_ms"].is_number(), "{timing}");
+    eprintln!("engine-1 ejected {ejected_after:?} after it was killed; {timing}");
     // Generous bound for a noisy machine; the figure is measured by perf/control-plane.
     assert!(ejected_after < Duration::from_secs(1), "{ejected_after:?}");
 
