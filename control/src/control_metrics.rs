@@ -2,6 +2,7 @@
 //! scrapes, ejections, policy shares, shadow agreement, dropped records), rendered as Prometheus
 //! text from a plain view so the page can be tested byte for byte.
 
+use inferrail_dataplane::metrics::label_value as label;
 use std::fmt::Write as _;
 
 /// One replica's control-plane facts.
@@ -78,17 +79,6 @@ pub struct ControlView {
     pub reports_dropped: u64,
     /// The oldest engine report a routing decision used, in seconds.
     pub report_age_max_seconds: f64,
-}
-
-fn label(out: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

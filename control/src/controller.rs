@@ -472,12 +472,21 @@ impl Controller {
                     "passes its health checks: back in rotation".to_string(),
                 ),
                 HealthChange::Ejected { key, backoff, .. } => {
-                    if let Some(f) = self.facts.get_mut(key) {
+                    let timing = self.facts.get_mut(key).and_then(|f| {
                         f.ejections += 1;
-                    }
+                        f.last_ejection
+                    });
+                    let timing = timing.map_or(String::new(), |(first, trip)| {
+                        format!(
+                            " ({first:?} after its first failed request, {trip:?} after the one \
+                             that tripped it)"
+                        )
+                    });
                     (
                         *key,
-                        format!("ejected for {backoff:?} after consecutive failed requests"),
+                        format!(
+                            "ejected for {backoff:?} after consecutive failed requests{timing}"
+                        ),
                     )
                 }
                 HealthChange::Readmitted { key } => {

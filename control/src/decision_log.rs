@@ -86,16 +86,8 @@ mod tests {
     use super::*;
     use crate::jsonl::test_support::{snapshot, temp_path};
     use inferrail_config::PolicyKind;
-    use inferrail_dataplane::policy::Candidate;
 
-    fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {
-        Candidate {
-            replica,
-            in_flight,
-            pending,
-            ..Candidate::default()
-        }
-    }
+    use crate::jsonl::test_support::cand;
 
     fn record(snap: &Arc<inferrail_dataplane::Snapshot>, i: u32) -> DecisionRecord {
         DecisionRecord {

@@ -145,6 +145,31 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
             break;
         }
     }
+    // Failed requests eject it: keep sending (bounded) until the control plane takes it out.
+    let ejected = |gw: &Gateway| -> Result<Option<serde_json::Value>, DemoError> {
+        let r =
+            call(gw.admin_addr, "GET", "/admin/replicas", &[], None).map_err(DemoError::Request)?;
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        Ok(v["replicas"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["id"] == "engine-1"))
+            .filter(|r| r["ejected"] == true)
+            .cloned())
+    };
+    let mut sent = 0;
+    let mut state = ejected(&gateway)?;
+    while state.is_none() && sent < 200 {
+        call(addr, "POST", "/v1/chat/completions", &[], Some(body)).map_err(DemoError::Request)?;
+        sent += 1;
+        state = ejected(&gateway)?;
+    }
+    if let Some(r) = state {
+        println!(
+            "   after {} more requests engine-1 is ejected (GET /admin/replicas: routable {}, \
+             back in {} ms, ejected {} ms after its first failed request); no client saw an error",
+            sent, r["routable"], r["ejected_for_ms"], r["last_ejection"]["after_first_failure_ms"]
+        );
+    }
 
     println!("\n4. Errors in the OpenAI shape:");
     let r = call(

@@ -234,6 +234,18 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
 /// Fixtures for the observer tests.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use inferrail_dataplane::policy::Candidate;
+
+    /// A candidate with these loads and no engine report.
+    pub(crate) fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {
+        Candidate {
+            replica,
+            in_flight,
+            pending,
+            ..Candidate::default()
+        }
+    }
+
     use inferrail_dataplane::Snapshot;
     use std::path::PathBuf;
 

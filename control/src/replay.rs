@@ -227,14 +227,7 @@ mod tests {
     use inferrail_dataplane::Snapshot;
     use std::sync::Arc;
 
-    fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {
-        Candidate {
-            replica,
-            in_flight,
-            pending,
-            ..Candidate::default()
-        }
-    }
+    use crate::jsonl::test_support::cand;
 
     const SHADOW: [PolicyKind; 4] = [
         PolicyKind::RoundRobin,

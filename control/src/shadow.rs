@@ -314,14 +314,7 @@ mod tests {
     use crate::jsonl::test_support::{snapshot, temp_path};
     use inferrail_dataplane::Snapshot;
 
-    fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {
-        Candidate {
-            replica,
-            in_flight,
-            pending,
-            ..Candidate::default()
-        }
-    }
+    use crate::jsonl::test_support::cand;
 
     fn job(snap: &Arc<Snapshot>, shadow: &[PolicyKind], id: &str, chosen: usize) -> ShadowJob {
         ShadowJob {

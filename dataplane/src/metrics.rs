@@ -334,7 +334,8 @@ impl CoreRecorder {
     }
 }
 
-fn label_value(out: &mut String, v: &str) {
+/// Appends `v` escaped as a Prometheus label value (backslash, quote and newline escaped).
+pub fn label_value(out: &mut String, v: &str) {
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

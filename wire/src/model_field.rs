@@ -198,6 +198,13 @@ impl Scanner<'_> {
 /// Finds the top-level `model` member of `body`. With duplicate keys the last one wins, as in
 /// Python's `json` module that vLLM uses, so the gateway routes on the name the engine will read.
 pub fn find_model(body: &[u8]) -> Result<ModelField, ModelFieldError> {
+    find_string_member(body, "model")
+}
+
+/// Finds the top-level string member `key` of a JSON object body, scanning members in order and
+/// skipping other values (last duplicate wins). `NotAString` when the last `key` is not a string.
+pub(crate) fn find_string_member(body: &[u8], key: &str) -> Result<ModelField, ModelFieldError> {
+    let wanted = key;
     let mut s = Scanner { buf: body, pos: 0 };
     s.skip_ws();
     s.expect(b'{')?;
@@ -216,7 +223,7 @@ pub fn find_model(body: &[u8]) -> Result<ModelField, ModelFieldError> {
             s.expect(b':')?;
             s.skip_ws();
             members += 1;
-            if key == "model" {
+            if key == wanted {
                 if s.peek() == Some(b'"') {
                     let start = s.pos;
                     let name = s.string(true)?;
