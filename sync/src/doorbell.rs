@@ -3,18 +3,18 @@
 //! cores ring the control thread's after queueing a request report. No ring is ever lost: a ring
 //! that comes while nobody waits completes the next wait at once.
 
-use crate::{AtomicBool, Mutex};
+use crate::atomic_waker::AtomicWaker;
+use crate::AtomicBool;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
-/// Rung by one thread, awaited by one task. The lock is taken once per wait and once per ring,
-/// never on a request path.
+/// Rung by any thread, awaited by one task. Lock-free on both sides.
 #[derive(Debug)]
 pub struct Doorbell {
     rung: AtomicBool,
-    waker: Mutex<Option<Waker>>,
+    waker: AtomicWaker,
 }
 
 impl Default for Doorbell {
@@ -28,7 +28,7 @@ impl Doorbell {
     pub fn new() -> Doorbell {
         Doorbell {
             rung: AtomicBool::new(false),
-            waker: Mutex::new(None),
+            waker: AtomicWaker::new(),
         }
     }
 
@@ -37,13 +37,7 @@ impl Doorbell {
         // A read-modify-write, like the waiter's swaps, so the ring and the waits are ordered on
         // one modification chain (with a plain store the loom model finds a lost ring).
         self.rung.swap(true, Ordering::AcqRel);
-        let waker = match self.waker.lock() {
-            Ok(mut w) => w.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        self.waker.wake();
     }
 
     /// Completes at the next ring (at once if one came since the last wait ended).
@@ -64,13 +58,7 @@ impl Future for Rung<'_> {
         if self.bell.rung.swap(false, Ordering::AcqRel) {
             return Poll::Ready(());
         }
-        {
-            let mut slot = match self.bell.waker.lock() {
-                Ok(w) => w,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            *slot = Some(cx.waker().clone());
-        }
+        self.bell.waker.register(cx.waker());
         // A ring between the first check and the registration must not be lost.
         if self.bell.rung.swap(false, Ordering::AcqRel) {
             return Poll::Ready(());

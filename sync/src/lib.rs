@@ -2,26 +2,49 @@
 //!
 //! This crate owns [`Mailbox`]: a latest-wins slot through which the control thread hands each core
 //! a new immutable snapshot, and the core takes it between requests with one atomic load on the
-//! fast path; and [`Doorbell`], the cross-thread wake-up that makes a waiting task look at once. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
+//! fast path; [`Doorbell`], the cross-thread wake-up that makes a waiting task look at once (on a
+//! lock-free [`AtomicWaker`]); and [`Reply`], a one-shot answer from a worker thread to a core. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
 //! builds in seconds. It must never block, spin on another thread, or allocate on the take path.
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+mod atomic_waker;
 mod doorbell;
 mod mailbox;
 mod padded;
+mod reply;
 
+pub use atomic_waker::AtomicWaker;
 pub use doorbell::{Doorbell, Rung};
+pub use reply::{reply_channel, Reply, ReplySender};
 pub use mailbox::Mailbox;
 pub use padded::CachePadded;
 
 #[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+#[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicBool, AtomicPtr},
-    Arc, Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicUsize},
+    Arc,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicBool, AtomicPtr},
-    Arc, Mutex,
+    atomic::{AtomicBool, AtomicPtr, AtomicUsize},
+    Arc,
 };
+
+/// `std::cell::UnsafeCell` with loom's `with_mut` access, so the same code runs under loom.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
