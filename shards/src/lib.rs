@@ -10,3 +10,6 @@
 
 pub mod block_hash;
 pub mod builtin;
+pub mod index;
+pub mod prefix_hash;
+pub mod tokenize;

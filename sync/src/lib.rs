@@ -16,9 +16,9 @@ mod reply;
 
 pub use atomic_waker::AtomicWaker;
 pub use doorbell::{Doorbell, Rung};
-pub use reply::{reply_channel, Reply, ReplySender};
 pub use mailbox::Mailbox;
 pub use padded::CachePadded;
+pub use reply::{reply_channel, Reply, ReplySender};
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;

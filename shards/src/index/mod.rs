@@ -1,0 +1,20 @@
+//! The approximate KV index: which leading blocks of a prompt each replica probably holds.
+//!
+//! Every routed prompt is recorded on the replica it went to, in a shadow LRU as large as that
+//! replica's KV cache ([`ReplicaBlocks`]); what an attempt recorded is taken back when the engine
+//! refuses it or fails before answering. [`IndexShards`] runs the shadows on threads of their own
+//! behind bounded queues, so a data core asks and records without ever blocking. Predictions are
+//! capped by the caller, not here, at one block short of a fully cached prompt.
+
+mod error;
+mod hasher;
+#[cfg(test)]
+mod reference;
+mod replica_blocks;
+mod reply;
+mod shards;
+
+pub use error::IndexError;
+pub use replica_blocks::{RecordUndo, ReplicaBlocks, MAX_CAPACITY_BLOCKS};
+pub use reply::{LookupReply, StatsReply};
+pub use shards::{shard_of, IndexConfig, IndexShards, RecordTicket, ReplicaIndexStats};

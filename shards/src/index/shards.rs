@@ -1,0 +1,402 @@
+//! [`IndexShards`]: the approximate KV index on threads of its own.
+//!
+//! Each replica belongs to one shard (a fixed mix of its key, modulo the shard count); the shard's
+//! thread owns that replica's [`ReplicaBlocks`] outright, so no lock guards the index. Callers
+//! talk to the shards through bounded queues:
+//!
+//! - the data path ([`lookup`](IndexShards::lookup), [`record`](IndexShards::record),
+//!   [`take_back`](IndexShards::take_back)) never waits: a full queue is an
+//!   [`IndexError::Full`] at once, and a lookup's answer is a one-shot [`LookupReply`] to await;
+//! - the control path ([`forget`](IndexShards::forget), [`clear`](IndexShards::clear),
+//!   [`set_capacity`](IndexShards::set_capacity), [`request_stats`](IndexShards::request_stats))
+//!   waits for room in the queue, because losing one of them would leave the index wrong for
+//!   good; those calls are rare and a shard drains its queue in microseconds.
+//!
+//! Commands for one replica are applied in the order they were queued (one shard, one FIFO), so
+//! a take-back always finds the undo token its record left.
+
+use super::error::IndexError;
+use super::replica_blocks::{RecordUndo, ReplicaBlocks};
+use super::reply::{Gather, LookupReply, PartSender, StatsReply};
+use crate::prefix_hash::BlockHash;
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// How the index shards are set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexConfig {
+    /// Shard threads; 0 is taken as 1.
+    pub shards: usize,
+    /// Commands each shard's queue holds; 0 is taken as 1. Data-path calls fail with
+    /// [`IndexError::Full`] when it is full.
+    pub queue_capacity: usize,
+    /// The capacity in blocks of a replica first seen by a record, until
+    /// [`IndexShards::set_capacity`] names its own.
+    pub default_capacity_blocks: usize,
+}
+
+impl Default for IndexConfig {
+    /// One shard, 4096 queued commands, 16384 blocks per replica (the config's defaults).
+    fn default() -> Self {
+        IndexConfig {
+            shards: 1,
+            queue_capacity: 4096,
+            default_capacity_blocks: 16384,
+        }
+    }
+}
+
+/// One replica's figures, as [`IndexShards::stats`] reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaIndexStats {
+    /// The replica's key.
+    pub key: u64,
+    /// Blocks held in its shadow; never more than `capacity`.
+    pub entries: usize,
+    /// Estimated heap bytes of its shadow ([`ReplicaBlocks::bytes`]).
+    pub bytes: usize,
+    /// Its capacity in blocks.
+    pub capacity: usize,
+    /// How many times it was cleared ([`IndexShards::clear`]: engine restarts).
+    pub resets: u64,
+}
+
+/// Where a record's undo token waits for a possible take-back. The shard thread is the only one
+/// that locks it (once to fill, once to take), so the lock is never contended.
+type UndoSlot = Mutex<Option<RecordUndo>>;
+
+/// Proof that one [`IndexShards::record`] was queued, to hand to [`IndexShards::take_back`] if
+/// the engine refuses the request or fails before answering. Dropping it keeps the record; it is
+/// not `Clone`, so a record is taken back at most once.
+#[derive(Debug)]
+pub struct RecordTicket {
+    replica: u64,
+    blocks: Arc<[BlockHash]>,
+    undo: Arc<UndoSlot>,
+}
+
+impl RecordTicket {
+    /// The replica the blocks were recorded on.
+    pub fn replica(&self) -> u64 {
+        self.replica
+    }
+}
+
+/// What a shard thread is asked to do.
+enum Command {
+    Lookup {
+        prompt: Arc<[BlockHash]>,
+        /// (position in the caller's list, replica key).
+        replicas: Vec<(u32, u64)>,
+        reply: PartSender<Vec<(u32, u32)>>,
+    },
+    Record {
+        replica: u64,
+        blocks: Arc<[BlockHash]>,
+        undo: Arc<UndoSlot>,
+    },
+    TakeBack {
+        replica: u64,
+        blocks: Arc<[BlockHash]>,
+        undo: Arc<UndoSlot>,
+    },
+    Forget {
+        replica: u64,
+    },
+    Clear {
+        replica: u64,
+    },
+    SetCapacity {
+        replica: u64,
+        blocks: usize,
+    },
+    Stats {
+        reply: PartSender<Vec<ReplicaIndexStats>>,
+    },
+}
+
+/// The approximate KV index: `shards` threads, each owning the replicas hashed to it. Dropping
+/// it stops the threads after they drained their queues.
+#[derive(Debug)]
+pub struct IndexShards {
+    senders: Vec<Sender<Command>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// The shard that owns `replica` among `shards` (splitmix64 finaliser, so nearby keys spread).
+pub fn shard_of(replica: u64, shards: usize) -> usize {
+    let mut z = replica.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % shards.max(1) as u64) as usize
+}
+
+impl IndexShards {
+    /// Starts the shard threads (named `inferrail-index-N`).
+    pub fn start(config: IndexConfig) -> Result<IndexShards, IndexError> {
+        let shards = config.shards.max(1);
+        let mut senders = Vec::with_capacity(shards);
+        let mut threads = Vec::with_capacity(shards);
+        for shard in 0..shards {
+            let (tx, rx) = bounded(config.queue_capacity.max(1));
+            let default_capacity = config.default_capacity_blocks;
+            let thread = std::thread::Builder::new()
+                .name(format!("inferrail-index-{shard}"))
+                .spawn(move || run_shard(rx, default_capacity))
+                .map_err(|source| IndexError::Spawn { shard, source })?;
+            senders.push(tx);
+            threads.push(thread);
+        }
+        Ok(IndexShards { senders, threads })
+    }
+
+    /// The number of shard threads.
+    pub fn shard_count(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Asks, for each of `replicas`, how many leading blocks of `prompt` it holds (unknown
+    /// replicas hold none). Never waits: each involved shard gets one queued request, or the
+    /// call fails with the first shard that was full or stopped. The reply lists the answers in
+    /// the order of `replicas`.
+    pub fn lookup(
+        &self,
+        prompt: Arc<[BlockHash]>,
+        replicas: &[u64],
+    ) -> Result<LookupReply, IndexError> {
+        let shards = self.senders.len();
+        let mut per_shard: Vec<Vec<(u32, u64)>> = vec![Vec::new(); shards];
+        for (position, &replica) in replicas.iter().enumerate() {
+            per_shard[shard_of(replica, shards)].push((position as u32, replica));
+        }
+        let involved: Vec<usize> = (0..shards).filter(|&s| !per_shard[s].is_empty()).collect();
+        let (gather, parts) = Gather::new(involved.len());
+        for (&shard, reply) in involved.iter().zip(parts) {
+            let command = Command::Lookup {
+                prompt: Arc::clone(&prompt),
+                replicas: std::mem::take(&mut per_shard[shard]),
+                reply,
+            };
+            self.try_send(shard, command)?;
+        }
+        Ok(LookupReply::new(gather, replicas.len()))
+    }
+
+    /// Records `blocks` (a prompt's chain from its first block) as most recently used on
+    /// `replica`, creating its shadow with the default capacity if it is new. Never waits.
+    pub fn record(
+        &self,
+        replica: u64,
+        blocks: Arc<[BlockHash]>,
+    ) -> Result<RecordTicket, IndexError> {
+        let undo = Arc::new(Mutex::new(None));
+        self.try_send(
+            self.shard_for(replica),
+            Command::Record {
+                replica,
+                blocks: Arc::clone(&blocks),
+                undo: Arc::clone(&undo),
+            },
+        )?;
+        Ok(RecordTicket {
+            replica,
+            blocks,
+            undo,
+        })
+    }
+
+    /// Undoes the record behind `ticket` as [`ReplicaBlocks::take_back`] describes (nothing if
+    /// the replica was forgotten or cleared since). Never waits.
+    pub fn take_back(&self, ticket: RecordTicket) -> Result<(), IndexError> {
+        let RecordTicket {
+            replica,
+            blocks,
+            undo,
+        } = ticket;
+        self.try_send(
+            self.shard_for(replica),
+            Command::TakeBack {
+                replica,
+                blocks,
+                undo,
+            },
+        )
+    }
+
+    /// Drops everything known about `replica` (it left the fleet). Waits for queue room.
+    pub fn forget(&self, replica: u64) -> Result<(), IndexError> {
+        self.send(self.shard_for(replica), Command::Forget { replica })
+    }
+
+    /// Empties `replica`'s shadow and counts a reset (its engine restarted with an empty
+    /// cache). Waits for queue room.
+    pub fn clear(&self, replica: u64) -> Result<(), IndexError> {
+        self.send(self.shard_for(replica), Command::Clear { replica })
+    }
+
+    /// Sets `replica`'s capacity in blocks (creating its shadow if new), evicting at once what
+    /// no longer fits. Waits for queue room.
+    pub fn set_capacity(&self, replica: u64, blocks: usize) -> Result<(), IndexError> {
+        self.send(
+            self.shard_for(replica),
+            Command::SetCapacity { replica, blocks },
+        )
+    }
+
+    /// Asks every shard for its replicas' figures. Waits for queue room, not for the answer.
+    pub fn request_stats(&self) -> Result<StatsReply, IndexError> {
+        let (gather, parts) = Gather::new(self.senders.len());
+        for (shard, reply) in parts.into_iter().enumerate() {
+            self.send(shard, Command::Stats { reply })?;
+        }
+        Ok(StatsReply::new(gather))
+    }
+
+    /// Every known replica's figures, sorted by key, once all shards answered (blocks this
+    /// thread: tests and non-core threads only).
+    pub fn stats(&self) -> Result<Vec<ReplicaIndexStats>, IndexError> {
+        self.request_stats()?.wait()
+    }
+
+    fn shard_for(&self, replica: u64) -> usize {
+        shard_of(replica, self.senders.len())
+    }
+
+    fn try_send(&self, shard: usize, command: Command) -> Result<(), IndexError> {
+        match self.senders[shard].try_send(command) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(IndexError::Full { shard }),
+            Err(TrySendError::Disconnected(_)) => Err(IndexError::Stopped { shard }),
+        }
+    }
+
+    fn send(&self, shard: usize, command: Command) -> Result<(), IndexError> {
+        self.senders[shard]
+            .send(command)
+            .map_err(|_| IndexError::Stopped { shard })
+    }
+}
+
+impl Drop for IndexShards {
+    fn drop(&mut self) {
+        self.senders.clear();
+        for thread in self.threads.drain(..) {
+            // A shard that panicked has already dropped its queue; nothing more to do.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One replica as its shard keeps it.
+struct Replica {
+    blocks: ReplicaBlocks,
+    resets: u64,
+}
+
+/// A shard thread: applies commands in queue order until every sender is gone.
+fn run_shard(commands: Receiver<Command>, default_capacity: usize) {
+    let mut shard = Shard {
+        replicas: HashMap::new(),
+        default_capacity,
+    };
+    for command in commands.iter() {
+        shard.apply(command);
+    }
+}
+
+/// The replicas of one shard: pure state, fed one command at a time.
+struct Shard {
+    replicas: HashMap<u64, Replica>,
+    default_capacity: usize,
+}
+
+impl Shard {
+    fn entry(&mut self, replica: u64) -> &mut Replica {
+        let capacity = self.default_capacity;
+        self.replicas.entry(replica).or_insert_with(|| Replica {
+            blocks: ReplicaBlocks::new(capacity),
+            resets: 0,
+        })
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Lookup {
+                prompt,
+                replicas,
+                reply,
+            } => {
+                let answers = replicas
+                    .iter()
+                    .map(|&(position, key)| {
+                        let held = self
+                            .replicas
+                            .get(&key)
+                            .map_or(0, |r| r.blocks.matched_prefix(&prompt));
+                        (position, held.min(u32::MAX as usize) as u32)
+                    })
+                    .collect();
+                reply.send(answers);
+            }
+            Command::Record {
+                replica,
+                blocks,
+                undo,
+            } => {
+                let token = self.entry(replica).blocks.record(&blocks);
+                *lock(&undo) = Some(token);
+            }
+            Command::TakeBack {
+                replica,
+                blocks,
+                undo,
+            } => {
+                let token = lock(&undo).take();
+                if let (Some(token), Some(r)) = (token, self.replicas.get_mut(&replica)) {
+                    r.blocks.take_back(&blocks, token);
+                }
+            }
+            Command::Forget { replica } => {
+                self.replicas.remove(&replica);
+            }
+            Command::Clear { replica } => {
+                let r = self.entry(replica);
+                r.blocks.clear();
+                r.resets += 1;
+            }
+            Command::SetCapacity { replica, blocks } => {
+                self.entry(replica).blocks.set_capacity(blocks);
+            }
+            Command::Stats { reply } => {
+                let stats = self
+                    .replicas
+                    .iter()
+                    .map(|(&key, r)| ReplicaIndexStats {
+                        key,
+                        entries: r.blocks.len(),
+                        bytes: r.blocks.bytes(),
+                        capacity: r.blocks.capacity(),
+                        resets: r.resets,
+                    })
+                    .collect();
+                reply.send(stats);
+            }
+        }
+    }
+}
+
+/// Locks an undo slot; a poisoned lock (a panic elsewhere while holding it) still holds a
+/// consistent `Option`, so it is used as is.
+fn lock(slot: &UndoSlot) -> std::sync::MutexGuard<'_, Option<RecordUndo>> {
+    match slot.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+#[cfg(test)]
+#[path = "shards_tests.rs"]
+mod tests;

@@ -1,0 +1,363 @@
+use super::*;
+use crate::index::reference::{RefBlocks, RefUndo};
+use crate::prefix_hash::{block_hashes, HashSalt};
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+fn chain(tokens: &[u32]) -> Arc<[BlockHash]> {
+    block_hashes(&HashSalt::new("m", None, None), tokens, 1).into()
+}
+
+fn start(shards: usize, default_capacity_blocks: usize) -> IndexShards {
+    let config = IndexConfig {
+        shards,
+        queue_capacity: 4096,
+        default_capacity_blocks,
+    };
+    match IndexShards::start(config) {
+        Ok(index) => index,
+        Err(e) => panic!("index did not start: {e}"),
+    }
+}
+
+#[test]
+fn lookups_answer_in_the_order_asked() {
+    let index = start(3, 100);
+    let a = chain(&[1, 2, 3, 4]);
+    let b = chain(&[1, 2, 9]);
+    index.record(10, Arc::clone(&a)).ok();
+    index.record(20, Arc::clone(&b)).ok();
+    let reply = index.lookup(Arc::clone(&a), &[20, 99, 10, 10]);
+    assert_eq!(
+        reply.and_then(LookupReply::wait).ok(),
+        Some(vec![2, 0, 4, 4])
+    );
+    let none = index.lookup(Arc::clone(&a), &[]);
+    assert_eq!(none.and_then(LookupReply::wait).ok(), Some(vec![]));
+}
+
+#[test]
+fn take_back_clear_forget_and_stats() {
+    let index = start(2, 100);
+    let a = chain(&[1, 2, 3]);
+    let b = chain(&[1, 2, 3, 4, 5]);
+    index.record(1, Arc::clone(&a)).ok();
+    let ticket = index.record(1, Arc::clone(&b));
+    assert_eq!(ticket.as_ref().map(RecordTicket::replica).ok(), Some(1));
+    if let Ok(t) = ticket {
+        index.take_back(t).ok();
+    }
+    let ask = |p: &Arc<[BlockHash]>, rs: &[u64]| {
+        index
+            .lookup(Arc::clone(p), rs)
+            .and_then(LookupReply::wait)
+            .ok()
+    };
+    assert_eq!(ask(&b, &[1]), Some(vec![3]));
+    index.set_capacity(2, 7).ok();
+    index.record(2, Arc::clone(&b)).ok();
+    index.clear(1).ok();
+    assert_eq!(ask(&b, &[1, 2]), Some(vec![0, 5]));
+    let stats = index.stats().ok().unwrap_or_default();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(
+        (
+            stats[0].key,
+            stats[0].entries,
+            stats[0].capacity,
+            stats[0].resets
+        ),
+        (1, 0, 100, 1)
+    );
+    assert_eq!(
+        (
+            stats[1].key,
+            stats[1].entries,
+            stats[1].capacity,
+            stats[1].resets
+        ),
+        (2, 5, 7, 0)
+    );
+    assert!(stats[1].bytes > 0);
+    index.forget(2).ok();
+    assert_eq!(index.stats().ok().map(|s| s.len()), Some(1));
+    assert_eq!(ask(&b, &[2]), Some(vec![0]));
+}
+
+#[test]
+fn a_ticket_does_not_outlive_a_forgotten_replica() {
+    let index = start(1, 100);
+    let a = chain(&[1, 2, 3]);
+    let old = index.record(5, Arc::clone(&a));
+    index.forget(5).ok();
+    index.record(5, Arc::clone(&a)).ok();
+    if let Ok(t) = old {
+        index.take_back(t).ok();
+    }
+    let held = index
+        .lookup(Arc::clone(&a), &[5])
+        .and_then(LookupReply::wait);
+    assert_eq!(held.ok(), Some(vec![3]));
+}
+
+#[test]
+fn shard_of_spreads_and_stays_in_range() {
+    let mut counts = [0usize; 4];
+    for key in 0..4000u64 {
+        counts[shard_of(key, 4)] += 1;
+    }
+    assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+    assert_eq!(shard_of(123, 0), 0);
+}
+
+/// The reference for the whole index: a [`RefBlocks`] per replica, with resets and an
+/// incarnation number (a forgotten replica that comes back is a new shadow).
+struct Model {
+    default_capacity: usize,
+    replicas: HashMap<u64, (RefBlocks, u64, u64)>,
+    incarnations: u64,
+}
+
+impl Model {
+    fn entry(&mut self, key: u64) -> &mut (RefBlocks, u64, u64) {
+        let capacity = self.default_capacity;
+        let incarnations = &mut self.incarnations;
+        self.replicas.entry(key).or_insert_with(|| {
+            *incarnations += 1;
+            (RefBlocks::new(capacity), 0, *incarnations)
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Record(usize, usize),
+    TakeBack(usize),
+    Clear(usize),
+    SetCapacity(usize, usize),
+    Forget(usize),
+    Lookup(usize),
+}
+
+const KEYS: [u64; 5] = [3, 17, 1 << 40, u64::MAX, 0x9e37_79b9];
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        6 => (0usize..5, 0usize..64).prop_map(|(r, p)| Op::Record(r, p)),
+        3 => (0usize..64).prop_map(Op::TakeBack),
+        1 => (0usize..5).prop_map(Op::Clear),
+        1 => (0usize..5, 0usize..20).prop_map(|(r, c)| Op::SetCapacity(r, c)),
+        1 => (0usize..5).prop_map(Op::Forget),
+        3 => (0usize..64).prop_map(Op::Lookup),
+    ];
+    prop::collection::vec(op, 1..50)
+}
+
+fn prompt_family() -> impl Strategy<Value = Vec<Arc<[BlockHash]>>> {
+    prop::collection::vec(prop::collection::vec(0u32..3, 0..17), 1..10).prop_map(|ps| {
+        let salt = HashSalt::new("m", None, None);
+        ps.iter()
+            .map(|p| block_hashes(&salt, p, 2).into())
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn index_shards_equal_the_reference(
+        prompts in prompt_family(), shards in 1usize..4, default_capacity in 0usize..20, ops in ops()
+    ) {
+        let index = start(shards, default_capacity);
+        let mut model = Model { default_capacity, replicas: HashMap::new(), incarnations: 0 };
+        let mut tickets: Vec<Option<(RecordTicket, RefUndo, u64)>> = Vec::new();
+        for op in &ops {
+            match *op {
+                Op::Record(r, p) => {
+                    let prompt = &prompts[p % prompts.len()];
+                    let ticket = index.record(KEYS[r], Arc::clone(prompt));
+                    prop_assert!(ticket.is_ok());
+                    let (shadow, _, incarnation) = model.entry(KEYS[r]);
+                    let undo = shadow.record(prompt);
+                    let incarnation = *incarnation;
+                    if let Ok(ticket) = ticket {
+                        tickets.push(Some((ticket, undo, incarnation)));
+                    }
+                }
+                Op::TakeBack(t) => {
+                    let n = tickets.len();
+                    if let Some((ticket, undo, incarnation)) = tickets.get_mut(t % n.max(1)).and_then(Option::take) {
+                        let key = ticket.replica();
+                        prop_assert!(index.take_back(ticket).is_ok());
+                        if let Some((shadow, _, now)) = model.replicas.get_mut(&key) {
+                            if *now == incarnation {
+                                shadow.take_back(undo);
+                            }
+                        }
+                    }
+                }
+                Op::Clear(r) => {
+                    prop_assert!(index.clear(KEYS[r]).is_ok());
+                    let (shadow, resets, _) = model.entry(KEYS[r]);
+                    shadow.clear();
+                    *resets += 1;
+                }
+                Op::SetCapacity(r, c) => {
+                    prop_assert!(index.set_capacity(KEYS[r], c).is_ok());
+                    model.entry(KEYS[r]).0.set_capacity(c);
+                }
+                Op::Forget(r) => {
+                    prop_assert!(index.forget(KEYS[r]).is_ok());
+                    model.replicas.remove(&KEYS[r]);
+                }
+                Op::Lookup(p) => {
+                    let prompt = &prompts[p % prompts.len()];
+                    let got = index.lookup(Arc::clone(prompt), &KEYS).and_then(LookupReply::wait);
+                    let want: Vec<usize> = KEYS
+                        .iter()
+                        .map(|k| model.replicas.get(k).map_or(0, |(s, _, _)| s.matched_prefix(prompt)))
+                        .collect();
+                    prop_assert_eq!(got.ok(), Some(want));
+                }
+            }
+        }
+        let stats = index.stats();
+        prop_assert!(stats.is_ok());
+        let got: Vec<(u64, usize, usize, u64)> = stats
+            .unwrap_or_default()
+            .iter()
+            .map(|s| (s.key, s.entries, s.capacity, s.resets))
+            .collect();
+        let mut want: Vec<(u64, usize, usize, u64)> = model
+            .replicas
+            .iter()
+            .map(|(&k, (s, resets, _))| (k, s.len(), s.capacity, *resets))
+            .collect();
+        want.sort();
+        prop_assert_eq!(got, want);
+    }
+}
+
+/// A small deterministic generator for the stress test (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn concurrent_callers_get_every_reply_and_capacities_hold() {
+    const REPLICAS: u64 = 16;
+    const MAX_CAPACITY: usize = 40;
+    let index = Arc::new(
+        match IndexShards::start(IndexConfig {
+            shards: 3,
+            queue_capacity: 64,
+            default_capacity_blocks: MAX_CAPACITY,
+        }) {
+            Ok(i) => i,
+            Err(e) => panic!("index did not start: {e}"),
+        },
+    );
+    let prompts: Arc<Vec<Arc<[BlockHash]>>> = Arc::new(
+        (0..32u32)
+            .map(|p| {
+                let tokens: Vec<u32> = (0..(p % 7) * 5 + 3)
+                    .map(|t| (t * (p % 3 + 1)) % 11)
+                    .collect();
+                chain(&tokens)
+            })
+            .collect(),
+    );
+    let replicas: Vec<u64> = (0..REPLICAS).collect();
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let index = Arc::clone(&index);
+            let prompts = Arc::clone(&prompts);
+            let replicas = replicas.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x1234_5678 + w * 0x9e37);
+                let (mut asked, mut answered, mut busy) = (0usize, 0usize, 0usize);
+                let mut tickets = Vec::new();
+                for _ in 0..3000 {
+                    let prompt = &prompts[rng.below(prompts.len())];
+                    match rng.below(10) {
+                        0..=3 => match index.lookup(Arc::clone(prompt), &replicas) {
+                            Ok(reply) => {
+                                asked += 1;
+                                let got = reply.wait();
+                                let Ok(got) = got else {
+                                    panic!("lost reply: {got:?}")
+                                };
+                                assert_eq!(got.len(), replicas.len());
+                                assert!(got.iter().all(|&n| n <= prompt.len().min(MAX_CAPACITY)));
+                                answered += 1;
+                            }
+                            Err(IndexError::Full { .. }) => busy += 1,
+                            Err(e) => panic!("lookup failed: {e}"),
+                        },
+                        4..=7 => match index
+                            .record(rng.below(REPLICAS as usize) as u64, Arc::clone(prompt))
+                        {
+                            Ok(t) => tickets.push(t),
+                            Err(IndexError::Full { .. }) => busy += 1,
+                            Err(e) => panic!("record failed: {e}"),
+                        },
+                        _ => {
+                            if !tickets.is_empty() {
+                                let t = tickets.swap_remove(rng.below(tickets.len()));
+                                match index.take_back(t) {
+                                    Ok(()) | Err(IndexError::Full { .. }) => {}
+                                    Err(e) => panic!("take_back failed: {e}"),
+                                }
+                            }
+                        }
+                    }
+                }
+                (asked, answered, busy)
+            })
+        })
+        .collect();
+    // The control side changes capacities and restarts engines meanwhile.
+    let mut rng = Rng(42);
+    for _ in 0..300 {
+        let r = rng.below(REPLICAS as usize) as u64;
+        match rng.below(3) {
+            0 => assert!(index.set_capacity(r, rng.below(MAX_CAPACITY + 1)).is_ok()),
+            1 => assert!(index.clear(r).is_ok()),
+            _ => {
+                let stats = index.stats();
+                let Ok(stats) = stats else {
+                    panic!("stats lost: {stats:?}")
+                };
+                assert!(stats
+                    .iter()
+                    .all(|s| s.entries <= s.capacity && s.capacity <= MAX_CAPACITY));
+            }
+        }
+    }
+    let mut asked = 0;
+    for w in workers {
+        match w.join() {
+            Ok((a, answered, _busy)) => {
+                assert_eq!(a, answered);
+                asked += a;
+            }
+            Err(_) => panic!("a worker panicked"),
+        }
+    }
+    assert!(asked > 0);
+    let stats = index.stats().unwrap_or_default();
+    assert_eq!(stats.len(), REPLICAS as usize);
+    assert!(stats.iter().all(|s| s.entries <= s.capacity));
+}

@@ -1,0 +1,202 @@
+//! The segment cache: token ids of text segments (the text between special / added tokens,
+//! which HF tokenizers encode independently), keyed by the segment text, bounded by a token
+//! budget. Repeated system prompts and earlier turns then cost a hash lookup.
+//!
+//! Sixteen shards, each a mutex over a map and a CLOCK ring (second-chance eviction: a hit
+//! sets the entry's reference bit; eviction skips and clears referenced entries once). Each
+//! shard holds at most `budget / 16` tokens; a segment longer than that is never cached. A
+//! cache is private to one model, and the locks are only taken on tokenizer threads.
+
+use std::collections::hash_map::{DefaultHasher, Entry};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+const SHARDS: usize = 16;
+
+/// Counters of a cache, read at any time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found the segment.
+    pub hits: u64,
+    /// Lookups that did not (the segment was then encoded).
+    pub misses: u64,
+    /// Tokens held now.
+    pub tokens: u64,
+    /// Segments held now.
+    pub entries: u64,
+}
+
+struct Slot {
+    ids: Arc<[u32]>,
+    referenced: bool,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<Arc<str>, Slot>,
+    ring: VecDeque<Arc<str>>,
+    tokens: usize,
+}
+
+/// A bounded map from segment text to its token ids.
+pub struct SegmentCache {
+    shards: Vec<Mutex<Shard>>,
+    shard_budget: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for SegmentCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentCache")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl SegmentCache {
+    /// A cache holding at most `budget_tokens` tokens (0 disables it: every lookup misses
+    /// and nothing is stored).
+    pub fn new(budget_tokens: u64) -> SegmentCache {
+        SegmentCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_budget: usize::try_from(budget_tokens / SHARDS as u64).unwrap_or(usize::MAX),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    /// Appends the ids of `segment` to `out`: from the cache, or from `encode(segment)` (then
+    /// stored if it fits). The ids appended are always exactly `encode(segment)`'s.
+    pub fn extend_with(
+        &self,
+        segment: &str,
+        out: &mut Vec<u32>,
+        encode: impl FnOnce(&str) -> Vec<u32>,
+    ) {
+        if self.shard_budget == 0 {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            out.extend(encode(segment));
+            return;
+        }
+        let shard = self.shard(segment);
+        {
+            let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(slot) = s.map.get_mut(segment) {
+                slot.referenced = true;
+                out.extend_from_slice(&slot.ids);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let ids: Arc<[u32]> = encode(segment).into();
+        out.extend_from_slice(&ids);
+        if ids.len() > self.shard_budget || ids.is_empty() {
+            return;
+        }
+        let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let key: Arc<str> = segment.into();
+        let n = ids.len();
+        match s.map.entry(key.clone()) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(v) => {
+                v.insert(Slot {
+                    ids,
+                    referenced: false,
+                });
+            }
+        }
+        s.ring.push_back(key.clone());
+        s.tokens += n;
+        while s.tokens > self.shard_budget {
+            let Some(victim) = s.ring.pop_front() else {
+                break;
+            };
+            if Arc::ptr_eq(&victim, &key) && s.ring.is_empty() {
+                s.ring.push_back(victim);
+                break;
+            }
+            let referenced = s.map.get(&victim).is_some_and(|slot| slot.referenced);
+            if referenced {
+                if let Some(slot) = s.map.get_mut(&victim) {
+                    slot.referenced = false;
+                }
+                s.ring.push_back(victim);
+            } else if let Some(slot) = s.map.remove(&victim) {
+                s.tokens -= slot.ids.len();
+            }
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> CacheStats {
+        let (mut tokens, mut entries) = (0u64, 0u64);
+        for shard in &self.shards {
+            let s = shard.lock().unwrap_or_else(|p| p.into_inner());
+            tokens += s.tokens as u64;
+            entries += s.map.len() as u64;
+        }
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            tokens,
+            entries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(s: &str) -> Vec<u32> {
+        s.bytes().map(u32::from).collect()
+    }
+
+    #[test]
+    fn hits_after_first_miss_and_same_ids() {
+        let c = SegmentCache::new(1 << 20);
+        let mut a = Vec::new();
+        c.extend_with("hello", &mut a, fake);
+        let mut b = Vec::new();
+        c.extend_with("hello", &mut b, |_| unreachable!("cached"));
+        assert_eq!(a, b);
+        let st = c.stats();
+        assert_eq!((st.hits, st.misses, st.entries, st.tokens), (1, 1, 1, 5));
+    }
+
+    #[test]
+    fn budget_is_never_exceeded() {
+        let c = SegmentCache::new(16 * 10);
+        for i in 0..1000 {
+            let s = format!("segment number {i}");
+            let mut out = Vec::new();
+            c.extend_with(&s, &mut out, fake);
+            assert_eq!(out, fake(&s));
+            let mut again = Vec::new();
+            c.extend_with(&s, &mut again, fake);
+            assert_eq!(again, fake(&s));
+        }
+        assert!(c.stats().tokens <= 160);
+    }
+
+    #[test]
+    fn zero_budget_disables() {
+        let c = SegmentCache::new(0);
+        let mut out = Vec::new();
+        c.extend_with("abc", &mut out, fake);
+        c.extend_with("abc", &mut out, fake);
+        assert_eq!(out, [fake("abc"), fake("abc")].concat());
+        assert_eq!(c.stats().hits, 0);
+        assert_eq!(c.stats().entries, 0);
+    }
+}

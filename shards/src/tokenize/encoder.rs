@@ -1,0 +1,122 @@
+//! Text to token ids, through the segment cache.
+//!
+//! HF tokenizers first cut the text at added / special tokens and encode every piece between
+//! them on its own (normalizer, pre-tokenizer, model). [`HfEncoder`] makes the same cut with
+//! the tokenizer's own added vocabulary and looks each piece up in the [`SegmentCache`], so the
+//! ids are exactly the library's. Tokenizers whose pre-tokenizer treats the first piece
+//! differently (`Metaspace` with `prepend_scheme: first`) are encoded whole, uncached.
+//! The builtin tokenizer is cut after every newline, always a piece boundary for it.
+
+use tokenizers::{OffsetReferential, OffsetType, Tokenizer};
+
+use super::cache::SegmentCache;
+use crate::builtin::BuiltinTokenizer;
+
+/// A Hugging Face `tokenizer.json` tokenizer with the segment cache.
+pub struct HfEncoder {
+    tokenizer: Tokenizer,
+    /// Whether encoding segments separately is exact (see the module docs).
+    segmentable: bool,
+    /// The ids the post-processor puts before and after a single sequence when special
+    /// tokens are added, when it is that simple.
+    wrap: Option<(Vec<u32>, Vec<u32>)>,
+}
+
+impl std::fmt::Debug for HfEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HfEncoder")
+            .field("segmentable", &self.segmentable)
+            .field("wrap", &self.wrap)
+            .finish()
+    }
+}
+
+fn find_sub(hay: &[u32], needle: &[u32]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+impl HfEncoder {
+    /// Wraps `tokenizer`; `segmentable` says whether segments may be encoded separately.
+    pub fn new(tokenizer: Tokenizer, segmentable: bool) -> HfEncoder {
+        let ids = |add: bool| {
+            tokenizer
+                .encode_fast("a", add)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_default()
+        };
+        let (with, without) = (ids(true), ids(false));
+        let wrap = find_sub(&with, &without)
+            .map(|pos| (with[..pos].to_vec(), with[pos + without.len()..].to_vec()));
+        HfEncoder {
+            tokenizer,
+            segmentable,
+            wrap,
+        }
+    }
+
+    /// `tokenizer.encode(text, add_special_tokens)` ids, without the cache. Empty if the
+    /// library reports an error (it does not for valid UTF-8 input).
+    pub fn encode_uncached(&self, text: &str, add_special_tokens: bool) -> Vec<u32> {
+        self.tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// The same ids as [`encode_uncached`](Self::encode_uncached), with the text between
+    /// added tokens looked up in `cache`.
+    pub fn encode(&self, text: &str, add_special_tokens: bool, cache: &SegmentCache) -> Vec<u32> {
+        let wrap = match (&self.wrap, add_special_tokens) {
+            (_, false) => None,
+            (Some(w), true) => Some(w),
+            (None, true) => return self.encode_uncached(text, true),
+        };
+        if !self.segmentable {
+            return self.encode_uncached(text, add_special_tokens);
+        }
+        let mut out = Vec::with_capacity(text.len() / 3 + 4);
+        if let Some((pre, _)) = wrap {
+            out.extend_from_slice(pre);
+        }
+        let split = self
+            .tokenizer
+            .get_added_vocabulary()
+            .extract_and_normalize(self.tokenizer.get_normalizer(), text);
+        for (_, (start, end), tokens) in
+            split.get_splits(OffsetReferential::Original, OffsetType::Byte)
+        {
+            match tokens {
+                Some(toks) => out.extend(toks.iter().map(|t| t.id)),
+                None => {
+                    let Some(seg) = text.get(start..end) else {
+                        return self.encode_uncached(text, add_special_tokens);
+                    };
+                    if !seg.is_empty() {
+                        cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+                    }
+                }
+            }
+        }
+        if let Some((_, post)) = wrap {
+            out.extend_from_slice(post);
+        }
+        out
+    }
+}
+
+/// The builtin tokenizer's ids for `text` (with BOS first when `add_bos`), each line looked up
+/// in `cache`. Equal to `BuiltinTokenizer::encode_with_special(text, add_bos)`.
+pub fn builtin_encode(text: &str, add_bos: bool, cache: &SegmentCache) -> Vec<u32> {
+    let tok = BuiltinTokenizer::new();
+    let mut out = Vec::with_capacity(text.len() / 4 + 2);
+    if add_bos {
+        out.push(crate::builtin::BOS_ID);
+    }
+    for line in text.split_inclusive('\n') {
+        cache.extend_with(line, &mut out, |s| tok.encode(s));
+    }
+    out
+}
