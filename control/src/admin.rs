@@ -5,6 +5,7 @@
 
 use crate::admin_api;
 use crate::controller::Controller;
+use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::{full_response, openai_error, BodyFraming, ErrorKind, Method, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
@@ -208,6 +209,25 @@ fn route(
             }
             _ => AdminResponse::method_not_allowed(b"GET, HEAD, PATCH"),
         },
+        b"/admin/index" => {
+            if get {
+                AdminResponse::json(200, &admin_api::index(&ctl.borrow()))
+            } else {
+                AdminResponse::method_not_allowed(b"GET, HEAD")
+            }
+        }
+        b"/admin/tokenize/v1/chat/completions" | b"/admin/tokenize/v1/completions" => {
+            if head.method == Method::Post {
+                let endpoint = if path == b"/admin/tokenize/v1/completions" {
+                    Endpoint::Completion
+                } else {
+                    Endpoint::Chat
+                };
+                admin_api::tokenize(&ctl.borrow(), endpoint, body)
+            } else {
+                AdminResponse::method_not_allowed(b"POST")
+            }
+        }
         b"/admin/reload" => {
             if head.method == Method::Post {
                 admin_api::reload(&mut ctl.borrow_mut(), started)

@@ -2,10 +2,17 @@
 //! shadow agreement, and the merged metrics page.
 
 use crate::admin::AdminResponse;
-use crate::control_metrics::{self, ControlView, EngineRow, ReplicaRow, ShadowRow};
+use crate::control_metrics::{
+    self, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
+};
 use crate::controller::{Controller, ScrapeState};
 use crate::live_config::Refusal;
+use inferrail_dataplane::core_stats::{RESULT_LABELS, TOKENIZE_BUCKETS};
+use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
+use inferrail_shards::tokenize::Endpoint;
+use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::ErrorKind;
+use inferrail_wire::{find_model, ModelField};
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -190,6 +197,165 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
         decision_log_dropped: ctl.observers.decision_log_dropped(),
         reports_dropped: ctl.observers.reports_dropped(),
         report_age_max_seconds: ctl.observers.report_age_max().as_secs_f64(),
+        prediction: prediction_view(ctl),
+    }
+}
+
+/// Prediction counters summed over the cores, the tokenizers' cache counters and the index.
+fn prediction_view(ctl: &Controller) -> PredictionView {
+    let stats = &ctl.observers.prediction_stats;
+    let mut results = [0u64; RESULT_LABELS.len()];
+    let mut buckets = vec![0u64; TOKENIZE_BUCKETS.len() + 1];
+    let (mut micros, mut prompt_tokens, mut cached_tokens) = (0u64, 0u64, 0u64);
+    for s in stats {
+        for (total, n) in results.iter_mut().zip(s.results()) {
+            *total += n;
+        }
+        let (b, m) = s.tokenize_histogram();
+        for (total, n) in buckets.iter_mut().zip(b) {
+            *total += n;
+        }
+        micros += m;
+        let (p, c) = s.token_totals();
+        prompt_tokens += p;
+        cached_tokens += c;
+    }
+    let Some(predictor) = &ctl.observers.predictor else {
+        return PredictionView {
+            results: RESULT_LABELS.iter().copied().zip(results).collect(),
+            tokenize: (buckets, micros),
+            ..PredictionView::default()
+        };
+    };
+    let mut cache: Vec<(String, u64, u64)> = predictor
+        .models()
+        .map(|(name, m)| {
+            let s = m.tokenizer.cache_stats();
+            (name.clone(), s.hits, s.misses)
+        })
+        .collect();
+    cache.sort();
+    PredictionView {
+        results: RESULT_LABELS.iter().copied().zip(results).collect(),
+        tokenize: (buckets, micros),
+        prompt_tokens,
+        cached_tokens,
+        cache,
+        index: index_rows(ctl),
+    }
+}
+
+/// The index's per-replica figures for replicas in the current snapshot.
+fn index_rows(ctl: &Controller) -> Vec<IndexRow> {
+    let Some(predictor) = &ctl.observers.predictor else {
+        return Vec::new();
+    };
+    let stats = predictor.index().stats().unwrap_or_default();
+    ctl.current()
+        .replicas
+        .iter()
+        .filter_map(|r| {
+            let s = stats.iter().find(|s| s.key == r.spec.key)?;
+            Some(IndexRow {
+                id: r.spec.id.clone(),
+                entries: s.entries as u64,
+                bytes: s.bytes as u64,
+                capacity: s.capacity as u64,
+                resets: s.resets,
+            })
+        })
+        .collect()
+}
+
+/// GET /admin/index: entries, bytes per entry, and each replica's predicted blocks vs capacity.
+pub fn index(ctl: &Controller) -> Value {
+    let rows = index_rows(ctl);
+    let entries: u64 = rows.iter().map(|r| r.entries).sum();
+    let bytes: u64 = rows.iter().map(|r| r.bytes).sum();
+    let per_entry = |b: u64, e: u64| {
+        if e == 0 {
+            Value::Null
+        } else {
+            json!(b as f64 / e as f64)
+        }
+    };
+    json!({
+        "enabled": ctl.observers.predictor.is_some(),
+        "entries": entries,
+        "bytes": bytes,
+        "bytes_per_entry": per_entry(bytes, entries),
+        "replicas": rows.iter().map(|r| json!({
+            "id": r.id,
+            "entries": r.entries,
+            "capacity": r.capacity,
+            "fill": if r.capacity == 0 { 0.0 } else { r.entries as f64 / r.capacity as f64 },
+            "bytes": r.bytes,
+            "bytes_per_entry": per_entry(r.bytes, r.entries),
+            "resets": r.resets,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// POST /admin/tokenize/v1/chat/completions (or /v1/completions): the token ids and block hashes
+/// the gateway computes for a client request, as vLLM's /tokenize answers. Nothing is routed.
+pub fn tokenize(ctl: &Controller, endpoint: Endpoint, body: &[u8]) -> AdminResponse {
+    let snap = ctl.current();
+    let model = match find_model(body) {
+        Ok(ModelField::Present { name, .. }) => match snap.model_index(&name) {
+            Some(m) => snap.models[m].name.clone(),
+            None => {
+                return AdminResponse::error(
+                    ErrorKind::NotFound,
+                    &format!("The model `{name}` does not exist."),
+                )
+            }
+        },
+        Ok(ModelField::Absent { .. }) if snap.models.len() == 1 => snap.models[0].name.clone(),
+        Ok(ModelField::Absent { .. }) => {
+            return AdminResponse::error(ErrorKind::BadRequest, "`model` is required")
+        }
+        Err(e) => return AdminResponse::error(ErrorKind::BadRequest, &e.to_string()),
+    };
+    let Some(m) = ctl
+        .observers
+        .predictor
+        .as_ref()
+        .and_then(|p| p.model(&model))
+    else {
+        return AdminResponse::error(
+            ErrorKind::BadRequest,
+            &format!("model `{model}` has no tokenizer (set models[].tokenizer)"),
+        );
+    };
+    match m.tokenizer.prompt_ids(endpoint, body, &m.kwargs) {
+        Ok(ids) => {
+            let salt = HashSalt::new(
+                &model,
+                None,
+                find_top_level_string(body, "cache_salt").as_deref(),
+            );
+            let hashes: Vec<String> = block_hashes(&salt, &ids, m.block_size)
+                .iter()
+                .map(|h| format!("{:032x}", h.0))
+                .collect();
+            AdminResponse::json(
+                200,
+                &json!({
+                    "count": ids.len(),
+                    "max_model_len": m.tokenizer.max_model_len(),
+                    "tokens": ids,
+                    "block_size": m.block_size,
+                    "block_hashes": hashes,
+                }),
+            )
+        }
+        Err(e) => AdminResponse::error(
+            ErrorKind::BadRequest,
+            &format!(
+                "the gateway cannot tokenize this request ({}): {e}",
+                e.label()
+            ),
+        ),
     }
 }
 

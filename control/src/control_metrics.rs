@@ -2,6 +2,7 @@
 //! scrapes, ejections, policy shares, shadow agreement, dropped records), rendered as Prometheus
 //! text from a plain view so the page can be tested byte for byte.
 
+use inferrail_dataplane::core_stats::TOKENIZE_BUCKETS;
 use inferrail_dataplane::metrics::label_value as label;
 use std::fmt::Write as _;
 
@@ -54,6 +55,38 @@ pub struct ShadowRow {
     pub disagree: u64,
 }
 
+/// One replica's shadow in the KV index.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexRow {
+    /// Replica id.
+    pub id: String,
+    /// Blocks held.
+    pub entries: u64,
+    /// Estimated bytes.
+    pub bytes: u64,
+    /// Capacity in blocks.
+    pub capacity: u64,
+    /// Times cleared (engine restarts).
+    pub resets: u64,
+}
+
+/// Tokenization and prediction counters, summed over the data cores.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PredictionView {
+    /// Requests by prediction result label.
+    pub results: Vec<(&'static str, u64)>,
+    /// Tokenize-time buckets (`TOKENIZE_BUCKETS`, then +Inf) and the sum in microseconds.
+    pub tokenize: (Vec<u64>, u64),
+    /// Prompt tokens of routed requests.
+    pub prompt_tokens: u64,
+    /// Cached tokens predicted on the replicas they went to.
+    pub cached_tokens: u64,
+    /// Segment cache lookups per model: (model, hits, misses).
+    pub cache: Vec<(String, u64, u64)>,
+    /// The index, per replica.
+    pub index: Vec<IndexRow>,
+}
+
 /// Everything the control families show.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ControlView {
@@ -79,6 +112,8 @@ pub struct ControlView {
     pub reports_dropped: u64,
     /// The oldest engine report a routing decision used, in seconds.
     pub report_age_max_seconds: f64,
+    /// Tokenization, predictions and the index.
+    pub prediction: PredictionView,
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -312,7 +347,113 @@ pub fn render(view: &ControlView) -> String {
         "inferrail_replica_reports_dropped_total {}",
         view.reports_dropped
     );
+    render_prediction(&mut out, &view.prediction);
     out
+}
+
+fn render_prediction(out: &mut String, p: &PredictionView) {
+    family(
+        out,
+        "inferrail_prompts_total",
+        "counter",
+        "Completion requests by cache prediction result (predicted, or why not).",
+    );
+    for (result, n) in &p.results {
+        let _ = writeln!(out, "inferrail_prompts_total{{result=\"{result}\"}} {n}");
+    }
+    family(
+        out,
+        "inferrail_tokenize_seconds",
+        "histogram",
+        "Time to tokenize and hash a prompt on the tokenizer pool, queueing included.",
+    );
+    let (buckets, micros) = &p.tokenize;
+    let mut cumulative = 0u64;
+    for (i, le) in TOKENIZE_BUCKETS.iter().enumerate() {
+        cumulative += buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "inferrail_tokenize_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+        );
+    }
+    cumulative += buckets.get(TOKENIZE_BUCKETS.len()).copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "inferrail_tokenize_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_tokenize_seconds_sum {}",
+        *micros as f64 / 1e6
+    );
+    let _ = writeln!(out, "inferrail_tokenize_seconds_count {cumulative}");
+    family(
+        out,
+        "inferrail_prompt_tokens_total",
+        "counter",
+        "Prompt tokens of routed requests that were tokenized.",
+    );
+    let _ = writeln!(out, "inferrail_prompt_tokens_total {}", p.prompt_tokens);
+    family(
+        out,
+        "inferrail_predicted_cached_tokens_total",
+        "counter",
+        "Prompt tokens predicted to be cached on the replica each request went to.",
+    );
+    let _ = writeln!(
+        out,
+        "inferrail_predicted_cached_tokens_total {}",
+        p.cached_tokens
+    );
+    family(
+        out,
+        "inferrail_tokenizer_cache_lookups_total",
+        "counter",
+        "Tokenization segment cache lookups, by model and result.",
+    );
+    for (model, hits, misses) in &p.cache {
+        for (result, n) in [("hit", hits), ("miss", misses)] {
+            out.push_str("inferrail_tokenizer_cache_lookups_total{model=\"");
+            label(out, model);
+            let _ = writeln!(out, "\",result=\"{result}\"}} {n}");
+        }
+    }
+    type IndexField = fn(&IndexRow) -> u64;
+    let index_families: [(&str, &str, &str, IndexField); 4] = [
+        (
+            "inferrail_index_entries",
+            "gauge",
+            "Blocks the index predicts the replica holds.",
+            |r| r.entries,
+        ),
+        (
+            "inferrail_index_bytes",
+            "gauge",
+            "Estimated memory of the replica's index shadow.",
+            |r| r.bytes,
+        ),
+        (
+            "inferrail_index_capacity_blocks",
+            "gauge",
+            "The replica's KV capacity in blocks as the index sizes it.",
+            |r| r.capacity,
+        ),
+        (
+            "inferrail_index_resets_total",
+            "counter",
+            "Times the replica's index shadow was cleared (engine restarts).",
+            |r| r.resets,
+        ),
+    ];
+    for (name, kind, help, field) in index_families {
+        family(out, name, kind, help);
+        for r in &p.index {
+            out.push_str(name);
+            out.push_str("{replica=\"");
+            label(out, &r.id);
+            let _ = writeln!(out, "\"}} {}", field(r));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +510,20 @@ mod tests {
             decision_log_dropped: 0,
             reports_dropped: 0,
             report_age_max_seconds: 0.101,
+            prediction: PredictionView {
+                results: vec![("predicted", 90), ("timeout", 2)],
+                tokenize: (vec![0, 3, 50, 30, 7, 2, 0, 0, 0, 0, 0, 0, 0], 12_345),
+                prompt_tokens: 45_000,
+                cached_tokens: 30_016,
+                cache: vec![("m".into(), 170, 22)],
+                index: vec![IndexRow {
+                    id: "engine-0".into(),
+                    entries: 2048,
+                    bytes: 133_120,
+                    capacity: 16384,
+                    resets: 1,
+                }],
+            },
         };
         let text = render(&view);
         let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/control_metrics.txt");

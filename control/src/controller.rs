@@ -16,9 +16,10 @@ use crate::replica_worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, Wor
 use crate::scrape::ScrapeOutcome;
 use crate::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
-use inferrail_dataplane::core_stats::CoreStats;
+use inferrail_dataplane::core_stats::{CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
+use inferrail_dataplane::predict::Predictor;
 use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
 use inferrail_dataplane::snapshot::{
     ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec, Snapshot,
@@ -69,6 +70,8 @@ pub struct ReplicaFacts {
     /// The last ejection: time from the streak's first failure, and from the failure that
     /// tripped it, to the ejection on the control thread.
     pub last_ejection: Option<(Duration, Duration)>,
+    /// The capacity in blocks last given to the index for this replica.
+    pub index_capacity: Option<u64>,
 }
 
 impl Default for ReplicaFacts {
@@ -81,6 +84,7 @@ impl Default for ReplicaFacts {
             ejections: 0,
             streak_started: None,
             last_ejection: None,
+            index_capacity: None,
         }
     }
 }
@@ -119,6 +123,10 @@ pub struct Observers {
     pub reports: Arc<ReportQueue>,
     /// Each core's routing statistics.
     pub stats: Vec<Arc<CoreStats>>,
+    /// Tokenizers, pool and index, when any model has a tokenizer.
+    pub predictor: Option<Arc<Predictor>>,
+    /// Each core's prediction counters.
+    pub prediction_stats: Vec<Arc<PredictionStats>>,
 }
 
 impl Observers {
@@ -276,6 +284,7 @@ pub fn wanted_members(statics: Vec<Wanted>, discovered: &[DiscoveredMember]) -> 
         models: d.models.clone(),
         max_concurrency: inferrail_config::Replica::DEFAULT_MAX_CONCURRENCY,
         max_pending: inferrail_config::Replica::DEFAULT_MAX_PENDING,
+        kv_capacity_blocks: None,
         source: Source::Dns(d.group.clone()),
     }));
     all
@@ -335,6 +344,15 @@ impl Controller {
             let mut c = ctl.borrow_mut();
             c.me = Rc::downgrade(&ctl);
             c.sync_workers();
+            let configured: Vec<(u64, u64)> = c
+                .registry
+                .members()
+                .iter()
+                .filter_map(|m| Some((m.spec.key, m.spec.kv_capacity_blocks?)))
+                .collect();
+            for (key, blocks) in configured {
+                c.index_capacity(key, blocks, true);
+            }
         }
         ctl
     }
@@ -404,10 +422,23 @@ impl Controller {
                 };
                 match outcome {
                     ScrapeOutcome::Report(load) => {
+                        // Prefix cache counters going backwards: the engine restarted with an
+                        // empty cache, so what the index remembers for it is gone.
+                        let restarted = facts.report.is_some_and(|prev| {
+                            load.prefix_cache_queries < prev.prefix_cache_queries
+                                || load.prefix_cache_hits < prev.prefix_cache_hits
+                        });
+                        let capacity = load.kv_capacity_blocks;
                         facts.report = Some(report_of(&load, finished));
                         facts.engine = Some(load.engine.as_str());
                         facts.scrape = ScrapeState::Ok;
                         facts.scrapes[0] += 1;
+                        if restarted {
+                            self.index_restarted(key);
+                        }
+                        if let Some(blocks) = capacity {
+                            self.index_capacity(key, blocks, false);
+                        }
                     }
                     ScrapeOutcome::Unreadable(why) => {
                         facts.scrape = ScrapeState::Unreadable(why);
@@ -525,6 +556,7 @@ impl Controller {
                     models: m.spec.models.clone(),
                     max_concurrency: m.spec.max_concurrency,
                     max_pending: m.spec.max_pending,
+                    kv_capacity_blocks: m.spec.kv_capacity_blocks,
                     source: Source::Static,
                 })
                 .collect();
@@ -562,7 +594,54 @@ impl Controller {
         self.health
             .sync_members(&members_for_health(&self.registry));
         self.sync_workers();
+        if let Some(p) = &self.observers.predictor {
+            for key in &changes.removed {
+                let _ = p.index().forget(*key);
+            }
+        }
+        for key in changes.added.iter().chain(&changes.updated) {
+            if let Some(blocks) = self
+                .registry
+                .get(*key)
+                .and_then(|m| m.spec.kv_capacity_blocks)
+            {
+                self.index_capacity(*key, blocks, true);
+            }
+        }
         true
+    }
+
+    /// Sizes the index's shadow of `key` (config capacity wins over the engine's report).
+    fn index_capacity(&mut self, key: u64, blocks: u64, from_config: bool) {
+        let Some(p) = &self.observers.predictor else {
+            return;
+        };
+        let configured = self
+            .registry
+            .get(key)
+            .and_then(|m| m.spec.kv_capacity_blocks);
+        if !from_config && configured.is_some() {
+            return;
+        }
+        let Some(f) = self.facts.get_mut(&key) else {
+            return;
+        };
+        if f.index_capacity != Some(blocks) {
+            f.index_capacity = Some(blocks);
+            let _ = p.index().set_capacity(key, blocks as usize);
+        }
+    }
+
+    /// Forgets what the index predicted for an engine that restarted.
+    fn index_restarted(&mut self, key: u64) {
+        if let Some(p) = &self.observers.predictor {
+            let _ = p.index().clear(key);
+            let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
+            eprintln!(
+                "inferrail: replica {id}: its prefix cache counters went back (engine restart); \
+                 its index entries are cleared"
+            );
+        }
     }
 
     /// Applies a JSON merge patch to the config in effect. Returns the generation in effect.

@@ -8,7 +8,7 @@ use crate::live_config::ConfigStore;
 use crate::registry::{static_replicas, Registry, ResolveError};
 use crate::shadow::{spawn_shadow, ShadowHandle};
 use inferrail_config::{Config, ConfigError, Count};
-use inferrail_dataplane::core_stats::CoreStats;
+use inferrail_dataplane::core_stats::{CoreStats, PredictionStats};
 use inferrail_dataplane::cores::CoreWiring;
 use inferrail_dataplane::metrics::MetricsEpoch;
 use inferrail_dataplane::observe::sink_pair;
@@ -45,6 +45,9 @@ pub enum GatewayError {
     /// The data cores did not start.
     #[error(transparent)]
     Cores(#[from] inferrail_dataplane::StartError),
+    /// The tokenizer pool or the index shards did not start.
+    #[error(transparent)]
+    Prediction(#[from] crate::prediction::PredictionError),
     /// The admin listener did not start.
     #[error("cannot start the admin listener on {addr}: {source}")]
     Admin {
@@ -205,6 +208,13 @@ impl Gateway {
                 }
                 None => (Vec::new(), None, Vec::new()),
             };
+        let (predictor, problems) = crate::prediction::build(&config, core_count)?;
+        for p in &problems {
+            eprintln!("inferrail: {p}");
+        }
+        let prediction_stats: Vec<Arc<PredictionStats>> = (0..core_count)
+            .map(|_| Arc::new(PredictionStats::default()))
+            .collect();
         let reports = Arc::new(ReportQueue::new(65_536));
         let stats: Vec<Arc<CoreStats>> = (0..core_count)
             .map(|_| Arc::new(CoreStats::new()))
@@ -225,6 +235,8 @@ impl Gateway {
                 shadow: shadow_sinks,
                 decisions: decision_sinks,
                 stats: stats.clone(),
+                predictor: predictor.clone(),
+                prediction_stats: prediction_stats.clone(),
             },
             shutdown.clone(),
         )?;
@@ -268,6 +280,8 @@ impl Gateway {
                 decision_dropped,
                 reports: reports.clone(),
                 stats,
+                predictor,
+                prediction_stats,
             },
         };
         let control = match control_thread::spawn(ControlInputs {

@@ -197,6 +197,7 @@ pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
             "kv_cache_usage": e.kv_cache_usage,
             "age_micros": e.age_micros,
         })),
+        "cached_tokens": c.cached_tokens,
     })
 }
 
@@ -220,12 +221,17 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
             })
         }
     };
+    let cached_tokens = match v.get("cached_tokens") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(u32::try_from(c.as_u64()?).ok()?),
+    };
     Some((
         Candidate {
             replica,
             in_flight,
             pending,
             engine,
+            cached_tokens,
         },
         id,
     ))

@@ -23,6 +23,7 @@ pub mod fleet_health;
 pub mod gateway;
 mod jsonl;
 pub mod live_config;
+pub mod prediction;
 pub mod probe;
 pub mod registry;
 pub mod replay;

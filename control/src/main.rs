@@ -175,10 +175,18 @@ fn main() -> ExitCode {
             } else {
                 match load(&path) {
                     Ok(c) => {
+                        // Tokenizers are loaded the way `serve` loads them; one that does not
+                        // load leaves its model without predictions, which is a warning, not an
+                        // invalid config.
+                        let (models, problems) = inferrail_control::prediction::load_tokenizers(&c);
+                        for p in &problems {
+                            println!("warning: {p}");
+                        }
                         println!(
-                            "{}: ok ({} models, {} replicas)",
+                            "{}: ok ({} models, {} with a tokenizer, {} replicas)",
                             path.display(),
                             c.models.len(),
+                            models.len(),
                             c.replicas.len()
                         );
                         ExitCode::SUCCESS

@@ -50,6 +50,8 @@ pub struct Wanted {
     pub max_concurrency: u32,
     /// Fleet-wide pending cap.
     pub max_pending: u32,
+    /// KV capacity in blocks from config.
+    pub kv_capacity_blocks: Option<u64>,
     /// Origin.
     pub source: Source,
 }
@@ -116,6 +118,7 @@ impl Registry {
                     if m.spec.models != w.models
                         || m.spec.max_concurrency != w.max_concurrency
                         || m.spec.max_pending != w.max_pending
+                        || m.spec.kv_capacity_blocks != w.kv_capacity_blocks
                         || m.source != w.source
                     {
                         changes.updated.push(m.spec.key);
@@ -138,6 +141,7 @@ impl Registry {
                     models: w.models,
                     max_concurrency: w.max_concurrency,
                     max_pending: w.max_pending,
+                    kv_capacity_blocks: w.kv_capacity_blocks,
                 },
                 source: w.source,
             });
@@ -193,6 +197,7 @@ pub fn static_replicas(config: &Config) -> Result<Vec<Wanted>, ResolveError> {
                 models: r.models.clone(),
                 max_concurrency: r.max_concurrency,
                 max_pending: r.max_pending,
+                kv_capacity_blocks: r.kv_capacity_blocks,
                 source: Source::Static,
             })
         })
@@ -211,6 +216,7 @@ mod tests {
             models: vec!["m".into()],
             max_concurrency: 10,
             max_pending: 5,
+            kv_capacity_blocks: None,
             source: Source::Static,
         }
     }

@@ -5,12 +5,13 @@
 //! Everything here is `Rc`/`Cell`/`RefCell`: it is only ever touched by its own core's thread,
 //! and no `RefCell` borrow is held across an `.await`.
 
-use crate::core_stats::CoreStats;
+use crate::core_stats::{CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::policy::{self, Candidate, EngineView, RoutingPolicy};
 use crate::pool::IdlePool;
+use crate::predict::Predictor;
 use crate::reports::{ReplicaReport, ReportQueue};
 use crate::rng::Rng;
 use crate::shutdown::ShutdownSignal;
@@ -203,6 +204,7 @@ impl CoreView {
                     in_flight: r.in_flight.get().saturating_add(others.in_flight),
                     pending: r.pending.get().saturating_add(others.pending),
                     engine,
+                    cached_tokens: None,
                 })
             })
             .collect();
@@ -274,6 +276,10 @@ pub struct CoreContext {
     pub decisions: Option<Sink<DecisionRecord>>,
     /// This core's routing statistics.
     pub stats: Arc<CoreStats>,
+    /// Tokenizers, pool and index, when any model has a tokenizer.
+    pub predictor: Option<Arc<Predictor>>,
+    /// This core's prediction counters.
+    pub prediction_stats: Arc<PredictionStats>,
     rng: RefCell<Rng>,
     /// Fired when the gateway shuts down.
     pub shutdown: Arc<ShutdownSignal>,
@@ -326,6 +332,10 @@ pub struct CoreLinks {
     pub decisions: Option<Sink<DecisionRecord>>,
     /// This core's routing statistics.
     pub stats: Arc<CoreStats>,
+    /// Tokenizers, pool and index, when any model has a tokenizer.
+    pub predictor: Option<Arc<Predictor>>,
+    /// This core's prediction counters.
+    pub prediction_stats: Arc<PredictionStats>,
     /// Shutdown.
     pub shutdown: Arc<ShutdownSignal>,
 }
@@ -351,6 +361,8 @@ impl CoreContext {
             shadow: links.shadow,
             decisions: links.decisions,
             stats: links.stats,
+            predictor: links.predictor,
+            prediction_stats: links.prediction_stats,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
             shutdown: links.shutdown,
             active_requests: Cell::new(0),
@@ -540,6 +552,7 @@ replicas:
             models: vec!["m".into()],
             max_concurrency: 100,
             max_pending: 100,
+            kv_capacity_blocks: None,
         }
     }
 

@@ -67,3 +67,94 @@ mod tests {
         assert_eq!(s.decisions(), (3, 1));
     }
 }
+
+/// Prediction results, as the `result` label: `predicted`, or why a request was routed without a
+/// cache prediction (the tokenizer's own reasons included). Unknown labels count as `unsupported`.
+pub const RESULT_LABELS: [&str; 15] = [
+    "predicted",
+    "no_tokenizer",
+    "queue_full",
+    "timeout",
+    "index_busy",
+    "invalid_json",
+    "not_an_object",
+    "non_text_content",
+    "template_in_request",
+    "batch_prompt",
+    "template_error",
+    "invalid_request",
+    "template_kwargs",
+    "no_chat_template",
+    "unsupported",
+];
+
+/// Upper bounds (seconds) of the tokenize-time histogram; `+Inf` is implicit.
+pub const TOKENIZE_BUCKETS: [f64; 12] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+];
+
+/// One core's prediction counters: single writer (its core), read by the control thread.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct PredictionStats {
+    results: [AtomicU64; 15],
+    tokenize_buckets: [AtomicU64; 13],
+    tokenize_micros: AtomicU64,
+    prompt_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
+}
+
+impl PredictionStats {
+    /// Counts one request's outcome by its label (see [`RESULT_LABELS`]).
+    pub fn result(&self, label: &str) {
+        let i = RESULT_LABELS
+            .iter()
+            .position(|l| *l == label)
+            .unwrap_or(RESULT_LABELS.len() - 1);
+        bump(&self.results[i]);
+    }
+
+    /// Records a tokenization (queue wait included) that finished.
+    pub fn tokenize_time(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let b = TOKENIZE_BUCKETS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(TOKENIZE_BUCKETS.len());
+        bump(&self.tokenize_buckets[b]);
+        let micros = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        let c = &self.tokenize_micros;
+        c.store(
+            c.load(Ordering::Relaxed).wrapping_add(micros),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Adds a routed request's prompt tokens and the cached tokens predicted on its replica.
+    pub fn tokens(&self, prompt: u64, cached: u64) {
+        for (c, n) in [(&self.prompt_tokens, prompt), (&self.cached_tokens, cached)] {
+            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        }
+    }
+
+    /// Counts by result, in [`RESULT_LABELS`] order.
+    pub fn results(&self) -> [u64; 15] {
+        std::array::from_fn(|i| self.results[i].load(Ordering::Relaxed))
+    }
+
+    /// Tokenize-time buckets (last is +Inf) and the sum in microseconds.
+    pub fn tokenize_histogram(&self) -> ([u64; 13], u64) {
+        (
+            std::array::from_fn(|i| self.tokenize_buckets[i].load(Ordering::Relaxed)),
+            self.tokenize_micros.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Prompt tokens and predicted cached tokens of routed requests.
+    pub fn token_totals(&self) -> (u64, u64) {
+        (
+            self.prompt_tokens.load(Ordering::Relaxed),
+            self.cached_tokens.load(Ordering::Relaxed),
+        )
+    }
+}

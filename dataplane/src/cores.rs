@@ -2,10 +2,11 @@
 //! SO_REUSEPORT listener and [`CoreContext`].
 
 use crate::core_state::{CoreContext, CoreLinks};
-use crate::core_stats::CoreStats;
+use crate::core_stats::{CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
 use crate::http::serve_connection;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
+use crate::predict::Predictor;
 use crate::reports::ReportQueue;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::Snapshot;
@@ -106,6 +107,10 @@ pub struct CoreWiring {
     pub decisions: Vec<Sink<DecisionRecord>>,
     /// One statistics block per core.
     pub stats: Vec<Arc<CoreStats>>,
+    /// Tokenizers, pool and index (none when no model has a tokenizer).
+    pub predictor: Option<Arc<Predictor>>,
+    /// One prediction counter block per core.
+    pub prediction_stats: Vec<Arc<PredictionStats>>,
 }
 
 /// Binds one SO_REUSEPORT listener per core and starts the core threads. Returns once every core
@@ -121,6 +126,8 @@ pub fn start_cores(
         shadow,
         decisions,
         stats,
+        predictor,
+        prediction_stats,
     } = wiring;
     let mut shadow = shadow.into_iter();
     let mut decisions = decisions.into_iter();
@@ -163,6 +170,8 @@ pub fn start_cores(
         let shadow = shadow.next();
         let decisions = decisions.next();
         let stats = stats.get(index).cloned().unwrap_or_default();
+        let predictor = predictor.clone();
+        let prediction_stats = prediction_stats.get(index).cloned().unwrap_or_default();
         let shutdown = shutdown.clone();
         let ready = ready_tx.clone();
         let opts = opts.clone();
@@ -205,6 +214,8 @@ pub fn start_cores(
                             shadow,
                             decisions,
                             stats,
+                            predictor,
+                            prediction_stats,
                             shutdown: shutdown.clone(),
                         },
                         opts.seed,

@@ -6,6 +6,7 @@ use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
 use crate::split::conversation_key;
+use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::{
@@ -535,12 +536,18 @@ async fn prepare(
     };
     let rate = snap.settings.decision_sample_rate;
     let sampled = rate > 0.0 && sampled(request_id, rate);
+    let endpoint = if head.path() == b"/v1/completions" {
+        Endpoint::Completion
+    } else {
+        Endpoint::Chat
+    };
     Ok(Prepared::Proxy(ProxyRequest {
         head,
         body,
         model,
         arm,
         sampled,
+        endpoint,
         request_id: request_id.to_string(),
         started,
         deadline,

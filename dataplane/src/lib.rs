@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod observe;
 pub mod policy;
 pub mod pool;
+pub mod predict;
 pub mod proxy;
 pub mod reports;
 pub mod rng;

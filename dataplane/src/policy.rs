@@ -19,6 +19,8 @@ pub struct Candidate {
     pub pending: u32,
     /// The engine's own load, when its report is younger than `load.max_age`.
     pub engine: Option<EngineView>,
+    /// Prompt tokens predicted to be in the replica's prefix cache, when a prediction was made.
+    pub cached_tokens: Option<u32>,
 }
 
 impl Candidate {

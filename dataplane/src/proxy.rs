@@ -7,7 +7,10 @@ use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::{DecisionRecord, ShadowJob};
 use crate::policy::Candidate;
+use crate::predict::PromptFacts;
 use crate::sockets::ClientWatch;
+use inferrail_shards::index::RecordTicket;
+use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
     encode_chunk, push_decimal, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method,
@@ -36,6 +39,8 @@ pub struct ProxyRequest {
     pub arm: usize,
     /// The request's routing decisions go to the decision log.
     pub sampled: bool,
+    /// Which completions endpoint it was sent to.
+    pub endpoint: Endpoint,
     /// The request id (client's or generated), sent upstream and back.
     pub request_id: String,
     /// When the request head was read.
@@ -140,11 +145,22 @@ impl Relay {
 }
 
 /// The client-facing response head built from the engine's.
+/// Gateway headers added to a proxied response besides `x-request-id`.
+#[derive(Debug, Clone, Copy)]
+struct HeadExtras<'a> {
+    /// The policy that routed the request.
+    policy: &'a str,
+    /// Prompt tokens, when the prompt was tokenized.
+    prompt_tokens: Option<u32>,
+    /// Cached tokens predicted on the replica, when a prediction was made.
+    cached_tokens: Option<u32>,
+}
+
 fn client_head(
     up: &ResponseHead,
     request_id: &str,
     replica: &str,
-    policy: &str,
+    extras: &HeadExtras<'_>,
     relay: &Relay,
     close: bool,
     minor: u8,
@@ -166,6 +182,8 @@ fn client_head(
             || name.eq_ignore_ascii_case(b"x-request-id")
             || name.eq_ignore_ascii_case(b"x-inferrail-replica")
             || name.eq_ignore_ascii_case(b"x-inferrail-policy")
+            || name.eq_ignore_ascii_case(b"x-inferrail-prompt-tokens")
+            || name.eq_ignore_ascii_case(b"x-inferrail-cached-tokens")
         {
             continue;
         }
@@ -176,7 +194,18 @@ fn client_head(
     }
     push_header(&mut out, b"x-request-id", request_id.as_bytes());
     push_header(&mut out, b"x-inferrail-replica", replica.as_bytes());
-    push_header(&mut out, b"x-inferrail-policy", policy.as_bytes());
+    push_header(&mut out, b"x-inferrail-policy", extras.policy.as_bytes());
+    let mut number = Vec::with_capacity(10);
+    for (name, value) in [
+        (&b"x-inferrail-prompt-tokens"[..], extras.prompt_tokens),
+        (&b"x-inferrail-cached-tokens"[..], extras.cached_tokens),
+    ] {
+        if let Some(v) = value {
+            number.clear();
+            push_decimal(&mut number, u64::from(v));
+            push_header(&mut out, name, &number);
+        }
+    }
     if close {
         push_header(&mut out, b"connection", b"close");
     } else if minor == 0 {
@@ -210,14 +239,17 @@ pub async fn forward(
     let mut tried: Vec<usize> = Vec::with_capacity(settings.max_attempts as usize);
     let mut last_failure: Option<(AttemptError, usize)> = None;
     let close_client = req.head.close || ctx.shutdown.is_triggered();
+    let prediction = Prediction::make(ctx, view, &req).await;
 
     for attempt in 1..=settings.max_attempts {
-        let candidates = view.candidates(req.model, &tried, Instant::now());
+        let mut candidates = view.candidates(req.model, &tried, Instant::now());
+        prediction.annotate(&mut candidates);
         if candidates.is_empty() {
             break;
         }
         let replica = ctx.with_rng(|rng| view.choose(req.model, req.arm, &candidates, rng));
         observe_decision(ctx, view, &req, attempt, replica, &candidates);
+        let ticket = prediction.record(ctx, view, replica);
         tried.push(replica);
         let Some(mut slot) = view.acquire(replica) else {
             break;
@@ -240,6 +272,7 @@ pub async fn forward(
                 may_retry_status,
                 fresh_only,
                 close_client,
+                prediction.header(replica),
             )
             .await;
             match r {
@@ -251,6 +284,11 @@ pub async fn forward(
         match result {
             Ok(done) => {
                 ctx.report(view, replica, !matches!(done.status, 502..=504));
+                if done.status >= 400 {
+                    prediction.take_back(ctx, ticket);
+                } else {
+                    prediction.routed(ctx, replica);
+                }
                 return done.keep_client;
             }
             Err(AttemptError::ClientGone) => {
@@ -262,6 +300,7 @@ pub async fn forward(
                 if e.counts_against_replica() {
                     ctx.report(view, replica, false);
                 }
+                prediction.take_back(ctx, ticket);
                 recorder.error(e.reason());
                 let retry = e.retryable();
                 last_failure = Some((e, replica));
@@ -307,6 +346,107 @@ pub async fn forward(
     conn.send(refusal.response(&req.request_id, false, close_client))
         .await
         && !close_client
+}
+
+/// A request's cache prediction: its prompt facts and, per replica index of the view's snapshot,
+/// the tokens each candidate is predicted to hold cached.
+struct Prediction {
+    facts: Option<PromptFacts>,
+    cached: Vec<(usize, u32)>,
+}
+
+impl Prediction {
+    /// Tokenizes (on the pool) and looks up (on the index shards) within `tokenizer.max_wait`;
+    /// counts the result.
+    async fn make(ctx: &CoreContext, view: &CoreView, req: &ProxyRequest) -> Prediction {
+        let none = Prediction {
+            facts: None,
+            cached: Vec::new(),
+        };
+        let stats = &ctx.prediction_stats;
+        let Some(predictor) = &ctx.predictor else {
+            stats.result("no_tokenizer");
+            return none;
+        };
+        let model = &view.snap.models[req.model];
+        let (facts, took) = predictor.prompt(&model.name, req.endpoint, &req.body).await;
+        if took > Duration::ZERO {
+            stats.tokenize_time(took);
+        }
+        let facts = match facts {
+            Ok(f) => f,
+            Err(label) => {
+                stats.result(label);
+                return none;
+            }
+        };
+        let replicas: Vec<usize> = model.replicas.clone();
+        let keys: Vec<u64> = replicas
+            .iter()
+            .map(|&i| view.snap.replicas[i].spec.key)
+            .collect();
+        let Some(held) = predictor.held_blocks(&facts, &keys).await else {
+            stats.result("index_busy");
+            return Prediction {
+                facts: Some(facts),
+                cached: Vec::new(),
+            };
+        };
+        stats.result("predicted");
+        let cached = replicas
+            .iter()
+            .zip(held)
+            .map(|(&i, blocks)| (i, facts.cached_tokens(blocks)))
+            .collect();
+        Prediction {
+            facts: Some(facts),
+            cached,
+        }
+    }
+
+    fn cached_on(&self, replica: usize) -> Option<u32> {
+        self.cached
+            .iter()
+            .find(|(i, _)| *i == replica)
+            .map(|(_, c)| *c)
+    }
+
+    /// Puts the predicted cached tokens on each candidate.
+    fn annotate(&self, candidates: &mut [Candidate]) {
+        for c in candidates {
+            c.cached_tokens = self.cached_on(c.replica);
+        }
+    }
+
+    /// The response headers' prompt and predicted cached tokens for `replica`.
+    fn header(&self, replica: usize) -> Option<(u32, Option<u32>)> {
+        self.facts
+            .as_ref()
+            .map(|f| (f.tokens, self.cached_on(replica)))
+    }
+
+    /// Records the prompt on the replica an attempt goes to.
+    fn record(&self, ctx: &CoreContext, view: &CoreView, replica: usize) -> Option<RecordTicket> {
+        let facts = self.facts.as_ref()?;
+        let key = view.snap.replicas.get(replica)?.spec.key;
+        ctx.predictor.as_ref()?.record(key, facts)
+    }
+
+    /// The attempt failed before the engine answered, or the engine refused it: it cached nothing.
+    fn take_back(&self, ctx: &CoreContext, ticket: Option<RecordTicket>) {
+        if let (Some(p), Some(t)) = (&ctx.predictor, ticket) {
+            p.take_back(t);
+        }
+    }
+
+    /// The request ran on `replica`: counts its prompt and predicted cached tokens.
+    fn routed(&self, ctx: &CoreContext, replica: usize) {
+        if let Some(f) = &self.facts {
+            let cached = self.cached_on(replica).unwrap_or(0);
+            ctx.prediction_stats
+                .tokens(u64::from(f.tokens), u64::from(cached));
+        }
+    }
 }
 
 /// Hands a routing decision to the observers without waiting: statistics, the shadow worker
@@ -456,6 +596,7 @@ async fn try_replica(
     may_retry_status: bool,
     fresh_only: bool,
     close_client: bool,
+    prediction: Option<(u32, Option<u32>)>,
 ) -> Result<Delivered, AttemptError> {
     let snap = &view.snap;
     let recorder = &view.recorder;
@@ -522,11 +663,16 @@ async fn try_replica(
         || client_minor == 0 && !matches!(relay, Relay::Length(_))
         || matches!(relay, Relay::RawUntilClose);
     let model = Some(req.model);
+    let extras = HeadExtras {
+        policy: view.arm_policy(req.model, req.arm).as_str(),
+        prompt_tokens: prediction.map(|p| p.0),
+        cached_tokens: prediction.and_then(|p| p.1),
+    };
     let mut out = client_head(
         &up.head,
         &req.request_id,
         &entry.id,
-        view.arm_policy(req.model, req.arm).as_str(),
+        &extras,
         &relay,
         close_after,
         client_minor,

@@ -108,6 +108,8 @@ pub struct ReplicaSpec {
     pub max_concurrency: u32,
     /// Fleet-wide cap on requests waiting for a response head.
     pub max_pending: u32,
+    /// KV cache capacity in blocks from config (else the engine's report, else the index default).
+    pub kv_capacity_blocks: Option<u64>,
 }
 
 /// An engine's own load, from its latest `/metrics` page.
@@ -416,6 +418,7 @@ impl Snapshot {
                         models: r.models.clone(),
                         max_concurrency: r.max_concurrency,
                         max_pending: r.max_pending,
+                        kv_capacity_blocks: r.kv_capacity_blocks,
                     },
                     ReplicaLive {
                         routable: true,

@@ -32,6 +32,10 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
   --zero-latency                    every step free (for gateway overhead benchmarks)
   --seed N                          mixed into every request's sampler seed (default 0)
+  --tokenizer DIR                   tokenize prompts with this tokenizer (a directory with
+                                    tokenizer.json, an org/name in the local HF cache, or
+                                    builtin:sim, the default), exactly as the gateway does
+  --chat-template FILE|TEXT         override the tokenizer's chat template
   --kv-events-config JSON           KV cache events as vLLM publishes them (ZMQ PUB, replay
                                     ROUTER); keys: enable_kv_cache_events, publisher, endpoint,
                                     replay_endpoint, buffer_steps, hwm, max_queue_size, topic
@@ -104,6 +108,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 o.long_prefill_token_threshold = num(&flag, &value(&flag)?)?;
             }
             "--seed" => o.seed = num(&flag, &value(&flag)?)?,
+            "--tokenizer" => o.tokenizer = Some(value(&flag)?),
+            "--chat-template" => o.chat_template = Some(value(&flag)?),
             "--kv-events-config" => {
                 o.kv_events_config = Some(KvEventsConfig::parse(&value(&flag)?)?);
             }
@@ -179,6 +185,10 @@ fn main() -> ExitCode {
         Err(StartError::KvEvents(e)) => {
             eprintln!("inferrail-sim: {e}");
             return ExitCode::FAILURE;
+        }
+        Err(e @ StartError::Tokenizer(_)) => {
+            eprintln!("inferrail-sim: {e}");
+            return ExitCode::from(2);
         }
         Err(StartError::Io(e)) => {
             eprintln!(

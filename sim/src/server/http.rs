@@ -4,10 +4,12 @@
 //! [`x-request-id`], [`connection`]; streams: `content-type`, `vary`, [`x-request-id`],
 //! `transfer-encoding: chunked`). SSE events go out one write (one HTTP chunk) each.
 
+use inferrail_shards::tokenize::{Endpoint, ModelTokenizer};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::future::poll_fn;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -42,6 +44,8 @@ pub(crate) struct Ctx {
     pub(crate) seed: u64,
     /// The `/kv_event_sources` body, built once from the KV events config (`{}` when off).
     pub(crate) kv_event_sources: String,
+    /// Prompt tokenization (the builtin tokenizer unless `--tokenizer`), shared with the gateway.
+    pub(crate) tokenizer: Arc<ModelTokenizer>,
 }
 
 /// The deterministic chat template (documented on [`super`]).
@@ -481,31 +485,26 @@ fn tokenize(ctx: &Ctx, body: &[u8]) -> Result<String, ApiError> {
     }
     let tok = BuiltinTokenizer::new();
     let flag = |k: &str, d: bool| v.get(k).and_then(Value::as_bool).unwrap_or(d);
-    let ids = if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
-        let messages: Vec<ChatMessage> = msgs
-            .iter()
-            .map(|m| ChatMessage {
-                role: m
-                    .get("role")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
-                content: m.get("content").and_then(Value::as_str).map(str::to_owned),
-            })
-            .collect();
-        let text = apply_chat_template(
-            &messages,
-            flag("add_generation_prompt", true),
-            flag("continue_final_message", false),
-        );
-        tok.encode_with_special(&text, true)
-    } else if let Some(p) = v.get("prompt").and_then(Value::as_str) {
-        tok.encode_with_special(p, flag("add_special_tokens", true))
+    let endpoint = if v.get("messages").is_some_and(Value::is_array) {
+        Endpoint::Chat
+    } else if v.get("prompt").is_some_and(Value::is_string) {
+        Endpoint::Completion
     } else {
         return Err(ApiError::bad_request(
             "/tokenize needs a `prompt` string or `messages`.",
         ));
     };
+    // The chat form defaults to a generation prompt, like vLLM's /tokenize.
+    let mut body_value = v.clone();
+    if let (Endpoint::Chat, Value::Object(o)) = (endpoint, &mut body_value) {
+        o.entry("add_generation_prompt")
+            .or_insert(Value::Bool(true));
+    }
+    let body = serde_json::to_vec(&body_value).map_err(|_| ApiError::bad_json(body))?;
+    let ids = ctx
+        .tokenizer
+        .prompt_ids(endpoint, &body, &serde_json::Map::new())
+        .map_err(|e| ApiError::bad_request(&e.to_string()))?;
     let mut out = format!(
         "{{\"count\":{},\"max_model_len\":{},\"tokens\":{:?},\"token_strs\":",
         ids.len(),
@@ -579,7 +578,20 @@ async fn completion(
         Ok(r) => r,
         Err(e) => return error(ctx, conn, io, head, &e).await,
     };
-    let prompt = prompt_ids(&req);
+    let endpoint = match api {
+        Api::Chat => Endpoint::Chat,
+        Api::Completions => Endpoint::Completion,
+    };
+    let prompt = match ctx
+        .tokenizer
+        .prompt_ids(endpoint, body, &serde_json::Map::new())
+    {
+        Ok(ids) => ids,
+        Err(e) => {
+            let e = ApiError::bad_request(&e.to_string());
+            return error(ctx, conn, io, head, &e).await;
+        }
+    };
     let prompt_len = prompt.len();
     let max_tokens = match check_prompt_len(&req, prompt_len as u32, ctx.server.max_model_len) {
         Ok(m) => m,

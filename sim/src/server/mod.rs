@@ -35,6 +35,7 @@ mod conn;
 mod core;
 mod http;
 
+use inferrail_shards::tokenize::ModelTokenizer;
 use std::cell::RefCell;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -92,6 +93,11 @@ pub struct SimOptions {
     pub seed: u64,
     /// `--kv-events-config`: KV cache events published over ZMQ as vLLM does (`None`: off).
     pub kv_events_config: Option<KvEventsConfig>,
+    /// `--tokenizer`: a tokenizer directory, a local Hugging Face cache repo, or `builtin:sim`
+    /// (`None`: the builtin tokenizer). Prompts are then tokenized exactly as the gateway does.
+    pub tokenizer: Option<String>,
+    /// `--chat-template`: a template file or text overriding the tokenizer's.
+    pub chat_template: Option<String>,
 }
 
 impl Default for SimOptions {
@@ -114,6 +120,8 @@ impl Default for SimOptions {
             latency: LatencyModel::default(),
             seed: 0,
             kv_events_config: None,
+            tokenizer: None,
+            chat_template: None,
         }
     }
 }
@@ -165,6 +173,9 @@ pub enum StartError {
     /// The KV events publisher (`--kv-events-config`) could not start.
     #[error("cannot start KV events: {0}")]
     KvEvents(#[from] PublisherError),
+    /// The tokenizer (`--tokenizer`, `--chat-template`) could not be loaded.
+    #[error("cannot load the tokenizer: {0}")]
+    Tokenizer(String),
 }
 
 impl From<StartError> for io::Error {
@@ -173,6 +184,7 @@ impl From<StartError> for io::Error {
             StartError::Io(e) => e,
             StartError::Config(c) => io::Error::new(io::ErrorKind::InvalidInput, c.to_string()),
             StartError::KvEvents(k) => io::Error::other(k.to_string()),
+            StartError::Tokenizer(t) => io::Error::new(io::ErrorKind::InvalidInput, t),
         }
     }
 }
@@ -226,6 +238,13 @@ impl SimServer {
         };
         // Validate on this thread so the caller gets the refusal.
         Scheduler::new(opts.scheduler_config(), latency)?;
+        let tokenizer = Arc::new(
+            inferrail_shards::tokenize::load(
+                opts.tokenizer.as_deref().unwrap_or("builtin:sim"),
+                opts.chat_template.as_deref(),
+            )
+            .map_err(|e| StartError::Tokenizer(e.to_string()))?,
+        );
         // Bind the KV event sockets here so their errors reach the caller.
         let kv_events = match &opts.kv_events_config {
             Some(c) if c.publishes() => {
@@ -239,7 +258,7 @@ impl SimServer {
         let thread_kv = kv_events.clone();
         let thread = thread::Builder::new()
             .name(format!("inferrail-sim:{}", opts.port))
-            .spawn(move || run_thread(opts, thread_stop, ready_tx, thread_kv))?;
+            .spawn(move || run_thread(opts, thread_stop, ready_tx, thread_kv, tokenizer))?;
         match ready_rx.recv() {
             Ok(Ok(addr)) => Ok(SimServer {
                 addr,
@@ -293,13 +312,19 @@ impl Drop for SimServer {
     }
 }
 
-fn run_thread(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: KvPublisher) {
+fn run_thread(
+    opts: SimOptions,
+    stop: Arc<AtomicBool>,
+    ready: Ready,
+    kv: KvPublisher,
+    tokenizer: Arc<ModelTokenizer>,
+) {
     let runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(1024)
         .enable_timer()
         .build();
     match runtime {
-        Ok(mut rt) => rt.block_on(server_main(opts, stop, ready, kv)),
+        Ok(mut rt) => rt.block_on(server_main(opts, stop, ready, kv, tokenizer)),
         Err(e) => {
             let _ = ready.send(Err(StartError::Io(e)));
         }
@@ -372,7 +397,13 @@ fn fingerprint(model: &str) -> String {
     format!("vllm-{VLLM_VERSION}-{h:08x}")
 }
 
-async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: KvPublisher) {
+async fn server_main(
+    opts: SimOptions,
+    stop: Arc<AtomicBool>,
+    ready: Ready,
+    kv: KvPublisher,
+    tokenizer: Arc<ModelTokenizer>,
+) {
     let latency = if opts.zero_latency {
         LatencyModel::zero()
     } else {
@@ -445,6 +476,7 @@ async fn server_main(opts: SimOptions, stop: Arc<AtomicBool>, ready: Ready, kv: 
             request_id_headers: opts.enable_request_id_headers,
             seed: opts.seed,
             kv_event_sources: kv_event_sources(opts.kv_events_config.as_ref()),
+            tokenizer,
         },
         conns: RefCell::new(std::collections::HashMap::new()),
         next_conn: std::cell::Cell::new(0),
