@@ -628,7 +628,9 @@ impl Controller {
         };
         if f.index_capacity != Some(blocks) {
             f.index_capacity = Some(blocks);
-            let _ = p.index().set_capacity(key, blocks as usize);
+            // vLLM's pool counts its null block (block 0), which never holds a prompt.
+            let usable = blocks.saturating_sub(1).max(1);
+            let _ = p.index().set_capacity(key, usable as usize);
         }
     }
 

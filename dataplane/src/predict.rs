@@ -139,11 +139,17 @@ impl Predictor {
 
     /// Records the prompt on the replica it was sent to. Never waits; `None` when the index
     /// queue is full (the record is lost, which only makes later predictions lower).
+    ///
+    /// A prompt that ends in a partial block also takes a block of the engine's KV cache for it
+    /// (unhashed, so no later prompt can hit it): the index spends capacity the way vLLM does.
     pub fn record(&self, replica: u64, facts: &PromptFacts) -> Option<RecordTicket> {
-        if facts.hashes.is_empty() {
+        let partial = facts.block_size > 0 && facts.tokens % facts.block_size != 0;
+        if facts.hashes.is_empty() && !partial {
             return None;
         }
-        self.index.record(replica, facts.hashes.clone()).ok()
+        self.index
+            .record_prompt(replica, facts.hashes.clone(), partial)
+            .ok()
     }
 
     /// Takes back what an attempt recorded (the engine refused it or failed before answering).

@@ -95,6 +95,9 @@ pub struct RecordUndo {
     len: u32,
     /// Runs in the order the record made them (from the last block towards the first).
     runs: Vec<Run>,
+    /// Spare (unhashed) blocks the record used up, and whether it left a partial block spare.
+    spare_taken: usize,
+    partial: bool,
 }
 
 impl RecordUndo {
@@ -136,6 +139,9 @@ pub struct ReplicaBlocks {
     tail: u32,
     len: usize,
     map: HashMap<Key, u32, FoldBuildHasher>,
+    /// Blocks the engine holds without a hash (never used yet, or a request's partial last
+    /// block): vLLM keeps them at the head of its free queue, so allocating one evicts nothing.
+    spare: usize,
 }
 
 impl ReplicaBlocks {
@@ -145,6 +151,7 @@ impl ReplicaBlocks {
         ReplicaBlocks {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             capacity: capacity.min(MAX_CAPACITY_BLOCKS),
+            spare: capacity.min(MAX_CAPACITY_BLOCKS),
             clock: 0,
             nodes: Vec::new(),
             free: NIL,
@@ -190,7 +197,23 @@ impl ReplicaBlocks {
     /// while more than the capacity are held. Only the first `capacity` blocks are stamped: the
     /// rest could not stay anyway. Returns the token that undoes exactly this record.
     pub fn record(&mut self, blocks: &[BlockHash]) -> RecordUndo {
+        self.record_prompt(blocks, false)
+    }
+
+    /// [`record`](ReplicaBlocks::record) for a prompt as vLLM's block pool sees it: the
+    /// request's new blocks (its full blocks not held, plus its partial last block when
+    /// `partial`) come first from the spare blocks, then by evicting the least recent held
+    /// ones; when it finishes, its full blocks are held (stamped as `record` does) and its
+    /// partial block becomes a spare block again (vLLM puts unhashed blocks back at the head of
+    /// its free queue). So at most `capacity - spare` blocks are held.
+    pub fn record_prompt(&mut self, blocks: &[BlockHash], partial: bool) -> RecordUndo {
         let n = blocks.len().min(self.capacity);
+        let new_blocks = blocks[..n]
+            .iter()
+            .filter(|b| !self.map.contains_key(&Key::from(**b)))
+            .count();
+        let spare_taken = self.spare.min(new_blocks + usize::from(partial));
+        self.spare -= spare_taken;
         let base = self.clock + 1;
         self.clock += n as u64;
         let mut runs: Vec<Run> = Vec::new();
@@ -246,13 +269,23 @@ impl ReplicaBlocks {
                 }
             }
         }
-        self.evict_to(self.capacity);
+        if partial {
+            self.spare += 1;
+        }
+        self.evict_to(self.capacity.saturating_sub(self.spare));
         RecordUndo {
             owner: self.id,
             base,
             len: n as u32,
             runs,
+            spare_taken,
+            partial,
         }
+    }
+
+    /// Spare blocks: held by the engine without a hash (see [`record_prompt`](Self::record_prompt)).
+    pub fn spare(&self) -> usize {
+        self.spare
     }
 
     /// Undoes what the [`record`](ReplicaBlocks::record) that returned `undo` did to the blocks
@@ -267,6 +300,10 @@ impl ReplicaBlocks {
             return;
         }
         let n = undo.len as usize;
+        // The attempt never ran: the blocks it took are spare again.
+        self.spare = (self.spare + undo.spare_taken)
+            .saturating_sub(usize::from(undo.partial))
+            .min(self.capacity.saturating_sub(self.len));
         let mut last_placed = NIL;
         // Reverse of the record's order: from the first block towards the last.
         for run in undo.runs.iter().rev() {
@@ -343,6 +380,7 @@ impl ReplicaBlocks {
         self.head = NIL;
         self.tail = NIL;
         self.len = 0;
+        self.spare = self.capacity;
     }
 
     /// Sets the capacity (clamped to [`MAX_CAPACITY_BLOCKS`]), evicting the least recent blocks
@@ -350,6 +388,7 @@ impl ReplicaBlocks {
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.min(MAX_CAPACITY_BLOCKS);
         self.evict_to(self.capacity);
+        self.spare = self.capacity - self.len;
         let wanted = self.capacity.saturating_add(SLAB_HEADROOM);
         if self.nodes.capacity() > wanted.saturating_mul(2) {
             self.compact();

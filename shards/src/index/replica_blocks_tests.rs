@@ -259,3 +259,76 @@ proptest! {
         }
     }
 }
+
+/// vLLM's block pool for sequential requests, naively: a free queue of blocks that are either
+/// unhashed (`None`) or cached under a hash. A request takes its longest held prefix out of the
+/// queue (hits here are whole blocks; the last-token cap is the caller's), allocates its other blocks from the head
+/// (evicting what they held), and on finishing puts its partial block back at the head and its
+/// full blocks at the tail, last block first.
+struct VllmPool {
+    queue: std::collections::VecDeque<Option<BlockHash>>,
+}
+
+impl VllmPool {
+    fn new(usable: usize) -> VllmPool {
+        VllmPool {
+            queue: (0..usable).map(|_| None).collect(),
+        }
+    }
+
+    fn held(&self, b: &BlockHash) -> bool {
+        self.queue.iter().any(|q| q.as_ref() == Some(b))
+    }
+
+    /// Runs one request of `full` blocks plus a partial one; returns the blocks it hit.
+    fn run(&mut self, full: &[BlockHash], partial: bool) -> usize {
+        let hits = full.iter().take_while(|b| self.held(b)).count();
+        for b in &full[..hits] {
+            let at = self.queue.iter().position(|q| q.as_ref() == Some(b));
+            if let Some(at) = at {
+                self.queue.remove(at);
+            }
+        }
+        let new = full.len() - hits + usize::from(partial);
+        for _ in 0..new {
+            self.queue.pop_front();
+        }
+        if partial {
+            self.queue.push_front(None);
+        }
+        for b in full.iter().rev() {
+            self.queue.push_back(Some(*b));
+        }
+        hits
+    }
+}
+
+proptest! {
+    /// Sequential requests with shared prefixes and partial blocks: the shadow predicts exactly
+    /// the hits vLLM's pool gives, and holds exactly the hashes it holds.
+    #[test]
+    fn record_prompt_mirrors_vllms_block_pool(
+        capacity in 4usize..40,
+        requests in proptest::collection::vec((0u32..4, 1usize..12, any::<bool>()), 1..60),
+    ) {
+        let mut pool = VllmPool::new(capacity);
+        let mut shadow = ReplicaBlocks::new(capacity);
+        for (root, len, partial) in requests {
+            // Prompts share roots: `root` picks the first tokens, `len` how far the chain goes.
+            let tokens: Vec<u32> = (0..len as u32).map(|i| root * 1000 + if i < 3 { i } else { i + root }).collect();
+            let full = chain(&tokens);
+            if full.len() + usize::from(partial) > capacity {
+                continue;
+            }
+            let predicted = shadow.matched_prefix(&full);
+            let real = pool.run(&full, partial);
+            prop_assert_eq!(predicted, real);
+            shadow.record_prompt(&full, partial);
+            let mut held: Vec<u128> = pool.queue.iter().flatten().map(|b| b.0).collect();
+            held.sort_unstable();
+            let mut mine: Vec<u128> = shadow.iter_lru().map(|b| b.0).collect();
+            mine.sort_unstable();
+            prop_assert_eq!(mine, held);
+        }
+    }
+}

@@ -95,6 +95,7 @@ enum Command {
     Record {
         replica: u64,
         blocks: Arc<[BlockHash]>,
+        partial: bool,
         undo: Arc<UndoSlot>,
     },
     TakeBack {
@@ -192,12 +193,24 @@ impl IndexShards {
         replica: u64,
         blocks: Arc<[BlockHash]>,
     ) -> Result<RecordTicket, IndexError> {
+        self.record_prompt(replica, blocks, false)
+    }
+
+    /// [`record`](IndexShards::record) as [`ReplicaBlocks::record_prompt`]: `partial` when the
+    /// prompt ends in a partial block (which spends engine capacity but is never cached).
+    pub fn record_prompt(
+        &self,
+        replica: u64,
+        blocks: Arc<[BlockHash]>,
+        partial: bool,
+    ) -> Result<RecordTicket, IndexError> {
         let undo = Arc::new(Mutex::new(None));
         self.try_send(
             self.shard_for(replica),
             Command::Record {
                 replica,
                 blocks: Arc::clone(&blocks),
+                partial,
                 undo: Arc::clone(&undo),
             },
         )?;
@@ -344,9 +357,10 @@ impl Shard {
             Command::Record {
                 replica,
                 blocks,
+                partial,
                 undo,
             } => {
-                let token = self.entry(replica).blocks.record(&blocks);
+                let token = self.entry(replica).blocks.record_prompt(&blocks, partial);
                 *lock(&undo) = Some(token);
             }
             Command::TakeBack {

@@ -9,6 +9,7 @@ mod fleet;
 mod lifecycle;
 mod live;
 mod observability;
+mod prediction;
 mod retries;
 mod routing;
 mod streaming;
