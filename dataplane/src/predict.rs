@@ -143,7 +143,7 @@ impl Predictor {
     /// A prompt that ends in a partial block also takes a block of the engine's KV cache for it
     /// (unhashed, so no later prompt can hit it): the index spends capacity the way vLLM does.
     pub fn record(&self, replica: u64, facts: &PromptFacts) -> Option<RecordTicket> {
-        let partial = facts.block_size > 0 && facts.tokens % facts.block_size != 0;
+        let partial = facts.block_size > 0 && !facts.tokens.is_multiple_of(facts.block_size);
         if facts.hashes.is_empty() && !partial {
             return None;
         }
