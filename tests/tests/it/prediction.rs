@@ -5,7 +5,6 @@
 use inferrail_sim::server::{SimOptions, SimServer};
 use inferrail_tests::*;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 /// Tokens per KV block on the simulators and in the gateway's config.
 const BLOCK: usize = 16;
@@ -91,11 +90,11 @@ fn usage(text: &str, streamed: bool) -> Value {
         return v["usage"].clone();
     }
     text.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter(|v| v["usage"].is_object())
-        .last()
+        .find(|v| v["usage"].is_object())
         .map(|v| v["usage"].clone())
         .expect("a usage event")
 }
@@ -167,7 +166,7 @@ fn predicted_cached_tokens_equal_what_the_simulators_cached() {
         // A prompt of whole blocks makes vLLM recompute its last block into a second copy, which
         // the index does not model: keep every prompt off a block boundary.
         let mut tries = 0;
-        while prompt_tokens(&gw, endpoint, &body) % BLOCK == 0 && tries < 8 {
+        while prompt_tokens(&gw, endpoint, &body).is_multiple_of(BLOCK) && tries < 8 {
             tries += 1;
             match endpoint {
                 "/v1/completions" => {
@@ -235,5 +234,4 @@ fn predicted_cached_tokens_equal_what_the_simulators_cached() {
         metric(&text, "inferrail_prompts_total{result=\"predicted\"}"),
         Some(checked as f64)
     );
-    std::thread::sleep(Duration::from_millis(10));
 }
