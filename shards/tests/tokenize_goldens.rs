@@ -182,12 +182,8 @@ fn every_golden_matches_vllm() {
 #[test]
 fn every_tiny_model_prompt_matches_vllm() {
     let tiny = manifest().join("fixtures").join("tiny-llama");
-    let shared = manifest().join("../../shared/fixtures/vllm/prompts.json");
-    let prompts = if shared.is_file() {
-        shared
-    } else {
-        PathBuf::from("/work/shared/fixtures/vllm/prompts.json")
-    };
+    // The request bodies and ids of shared/fixtures/vllm/prompts.json, copied into the repo.
+    let prompts = tiny.join("prompts.json");
     if !tiny.join("tokenizer.json").is_file() || !prompts.is_file() {
         println!(
             "note: skipping prompts.json parity: tokenizer at {} or {} missing",

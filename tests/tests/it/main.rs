@@ -13,3 +13,4 @@ mod prediction;
 mod retries;
 mod routing;
 mod streaming;
+mod tokenization;
