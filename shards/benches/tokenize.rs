@@ -6,6 +6,7 @@
 //! - system prompt cached: the cache warmed by one earlier request with the same system prompt,
 //!   each timed request asking a new question;
 //! - tokens per second per thread, from the cold median.
+//!
 //! Plain `Instant` timing over many repetitions; medians and p99. Compare within one run.
 
 use inferrail_shards::tokenize::{fixtures_dir, load_with_cache, Endpoint, ModelTokenizer};
@@ -75,7 +76,7 @@ fn main() {
         system.push_str(words[i % words.len()]);
         system.push(if i % 13 == 12 { '\n' } else { ' ' });
         i += 1;
-        if i % 200 == 0 {
+        if i.is_multiple_of(200) {
             let n = cold_tok
                 .prompt_ids(Endpoint::Chat, &body(&system, "What is it?"), &kwargs)
                 .map_or(0, |ids| ids.len());
