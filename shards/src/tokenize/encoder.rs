@@ -7,6 +7,7 @@
 //! differently (`Metaspace` with `prepend_scheme: first`) are encoded whole, uncached.
 //! The builtin tokenizer is cut after every newline, always a piece boundary for it.
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::{OffsetReferential, OffsetType, Tokenizer};
 
 use super::cache::SegmentCache;
@@ -15,6 +16,10 @@ use crate::builtin::BuiltinTokenizer;
 /// A Hugging Face `tokenizer.json` tokenizer with the segment cache.
 pub struct HfEncoder {
     tokenizer: Tokenizer,
+    /// The added tokens as one leftmost-longest automaton over the raw text, with their ids, when
+    /// every added token is matched on raw text with no whitespace or word-boundary rules (then
+    /// this cut is exactly the library's, without normalizing the whole text first).
+    fast_split: Option<(AhoCorasick, Vec<u32>)>,
     /// Whether encoding segments separately is exact (see the module docs).
     segmentable: bool,
     /// The ids the post-processor puts before and after a single sequence when special
@@ -50,8 +55,10 @@ impl HfEncoder {
         let (with, without) = (ids(true), ids(false));
         let wrap = find_sub(&with, &without)
             .map(|pos| (with[..pos].to_vec(), with[pos + without.len()..].to_vec()));
+        let fast_split = raw_added_token_matcher(&tokenizer);
         HfEncoder {
             tokenizer,
+            fast_split,
             segmentable,
             wrap,
         }
@@ -81,6 +88,25 @@ impl HfEncoder {
         if let Some((pre, _)) = wrap {
             out.extend_from_slice(pre);
         }
+        if let Some((matcher, ids)) = &self.fast_split {
+            let mut at = 0;
+            for m in matcher.find_iter(text) {
+                let seg = &text[at..m.start()];
+                if !seg.is_empty() {
+                    cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+                }
+                out.push(ids[m.pattern().as_usize()]);
+                at = m.end();
+            }
+            let seg = &text[at..];
+            if !seg.is_empty() {
+                cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+            }
+            if let Some((_, post)) = wrap {
+                out.extend_from_slice(post);
+            }
+            return out;
+        }
         let split = self
             .tokenizer
             .get_added_vocabulary()
@@ -105,6 +131,29 @@ impl HfEncoder {
         }
         out
     }
+}
+
+/// An automaton matching every added token on raw text, leftmost-longest as the library matches
+/// them, or `None` when some added token is normalized first or has `lstrip`, `rstrip` or
+/// `single_word` set (then only the library's own split is exact).
+fn raw_added_token_matcher(tokenizer: &Tokenizer) -> Option<(AhoCorasick, Vec<u32>)> {
+    let decoder = tokenizer.get_added_tokens_decoder();
+    if decoder.is_empty() {
+        return None;
+    }
+    let mut tokens: Vec<(u32, String)> = Vec::with_capacity(decoder.len());
+    for (id, t) in &decoder {
+        if t.normalized || t.lstrip || t.rstrip || t.single_word || t.content.is_empty() {
+            return None;
+        }
+        tokens.push((*id, t.content.clone()));
+    }
+    tokens.sort();
+    let matcher = AhoCorasick::builder()
+        .match_kind(MatchKind::LeftmostLongest)
+        .build(tokens.iter().map(|(_, c)| c.as_str()))
+        .ok()?;
+    Some((matcher, tokens.into_iter().map(|(id, _)| id).collect()))
 }
 
 /// The builtin tokenizer's ids for `text` (with BOS first when `add_bos`), each line looked up
