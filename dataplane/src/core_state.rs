@@ -49,8 +49,10 @@ pub struct ReplicaState {
     routable: Cell<bool>,
     /// Bumped each time the replica leaves rotation; waiting requests watch it.
     down_epoch: Cell<u64>,
-    /// Requests waiting for a response head that want to hear when the replica leaves rotation.
-    down_waiters: RefCell<Vec<Waker>>,
+    /// Requests waiting for a response head that want to hear when the replica leaves rotation,
+    /// by waiter id. A waiter removes itself when it is dropped, so this holds only live ones.
+    down_waiters: RefCell<HashMap<u64, Waker>>,
+    next_waiter: Cell<u64>,
 }
 
 impl ReplicaState {
@@ -65,7 +67,8 @@ impl ReplicaState {
             local_streak: Cell::new(0),
             routable: Cell::new(true),
             down_epoch: Cell::new(0),
-            down_waiters: RefCell::new(Vec::new()),
+            down_waiters: RefCell::new(HashMap::new()),
+            next_waiter: Cell::new(0),
         }
     }
 
@@ -84,7 +87,13 @@ impl ReplicaState {
         let was = self.routable.replace(routable);
         if was && !routable {
             self.down_epoch.set(self.down_epoch.get() + 1);
-            for w in self.down_waiters.borrow_mut().drain(..) {
+            let waiters: Vec<Waker> = self
+                .down_waiters
+                .borrow_mut()
+                .drain()
+                .map(|(_, w)| w)
+                .collect();
+            for w in waiters {
                 w.wake();
             }
         }
@@ -92,17 +101,26 @@ impl ReplicaState {
 
     /// A future that completes when the replica leaves rotation (health checks or ejection).
     pub fn left_rotation(self: &Rc<Self>) -> LeftRotation {
+        let id = self.next_waiter.get();
+        self.next_waiter.set(id.wrapping_add(1));
         LeftRotation {
             replica: self.clone(),
             seen: self.down_epoch.get(),
+            id,
         }
+    }
+
+    /// Waiters registered now (for tests: finished requests leave none behind).
+    pub fn waiting(&self) -> usize {
+        self.down_waiters.borrow().len()
     }
 }
 
-/// Future of [`ReplicaState::left_rotation`].
+/// Future of [`ReplicaState::left_rotation`]. Dropping it unregisters it.
 pub struct LeftRotation {
     replica: Rc<ReplicaState>,
     seen: u64,
+    id: u64,
 }
 
 impl Future for LeftRotation {
@@ -113,10 +131,20 @@ impl Future for LeftRotation {
             return Poll::Ready(());
         }
         let mut waiters = self.replica.down_waiters.borrow_mut();
-        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-            waiters.push(cx.waker().clone());
+        match waiters.get_mut(&self.id) {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            Some(w) => *w = cx.waker().clone(),
+            None => {
+                waiters.insert(self.id, cx.waker().clone());
+            }
         }
         Poll::Pending
+    }
+}
+
+impl Drop for LeftRotation {
+    fn drop(&mut self) {
+        self.replica.down_waiters.borrow_mut().remove(&self.id);
     }
 }
 
@@ -650,6 +678,13 @@ replicas:
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
         assert!(left.as_mut().poll(&mut cx).is_pending());
+        // A waiter that goes away (its request finished) leaves nothing behind.
+        {
+            let mut other = std::pin::pin!(a.left_rotation());
+            assert!(other.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(a.waiting(), 2);
+        }
+        assert_eq!(a.waiting(), 1);
         let second = snapshot(
             vec![
                 (spec(1, "a"), live(false, [(0, 0); 2], None)),
