@@ -118,3 +118,32 @@ fn serves_on_the_epoll_driver_and_stops_on_sigterm() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn check_warns_about_a_tokenizer_that_does_not_load() {
+    let dir = std::env::temp_dir().join(format!("inferrail-check-tok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("tok.yaml");
+    std::fs::write(
+        &cfg,
+        "models:\n  - name: m\n    tokenizer: /nonexistent/tokenizer\n  - name: n\n    tokenizer: builtin:sim\nreplicas:\n  - id: a\n    url: http://127.0.0.1:1\n    models: [m, n]\n",
+    )
+    .unwrap();
+    let out = Command::new(inferrail_bin())
+        .args(["check", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a tokenizer problem is a warning: {text}"
+    );
+    assert!(
+        text.contains("warning: models[0].tokenizer: /nonexistent/tokenizer")
+            && text.contains("routed without cache predictions"),
+        "{text}"
+    );
+    assert!(text.contains("1 with a tokenizer"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
