@@ -15,4 +15,5 @@ pub mod builtin;
 pub mod index;
 pub mod pool;
 pub mod prefix_hash;
+pub mod pyfmt;
 pub mod tokenize;

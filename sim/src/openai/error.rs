@@ -166,29 +166,7 @@ pub(crate) fn push_json_str(out: &mut String, s: &str) {
 
 /// Appends Python's `repr()` of a str.
 pub(crate) fn push_py_repr(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
+    inferrail_shards::pyfmt::push_repr_str(out, s);
 }
 
 /// Where and why Python's `json.loads` (CPython 3.12, C scanner) rejects `text`: the position
