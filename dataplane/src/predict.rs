@@ -109,6 +109,11 @@ impl Predictor {
         let model = model.to_string();
         let body = body.to_vec();
         let job: Job = Box::new(move || {
+            // A request that stopped waiting (max_wait passed) has already been routed: skip it,
+            // so a backlog drains at once instead of costing the CPU twice.
+            if tx.is_abandoned() {
+                return;
+            }
             tx.send(compute(
                 &tokenizer, &kwargs, &model, block_size, endpoint, &body,
             ));

@@ -39,6 +39,14 @@ pub fn reply_channel<T>() -> (ReplySender<T>, Reply<T>) {
 }
 
 impl<T> ReplySender<T> {
+    /// True when the asking side is gone (it stopped waiting): the answer would be thrown away,
+    /// so the work behind it can be skipped.
+    pub fn is_abandoned(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_none_or(|s| Arc::strong_count(s) == 1)
+    }
+
     /// Sends the answer and wakes the asking task.
     pub fn send(mut self, value: T) {
         if let Some(shared) = self.shared.take() {
@@ -84,5 +92,18 @@ impl<T> Future for Reply<T> {
                 }
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sender_knows_when_nobody_waits_any_more() {
+        let (tx, rx) = reply_channel::<u32>();
+        assert!(!tx.is_abandoned());
+        drop(rx);
+        assert!(tx.is_abandoned());
     }
 }
