@@ -73,6 +73,7 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
                 })),
                 "in_flight": load.in_flight,
                 "pending": load.pending,
+                "prompt_tokens_in_flight": load.prompt_tokens,
                 "max_concurrency": r.spec.max_concurrency,
                 "max_pending": r.spec.max_pending,
                 "engine": engine,

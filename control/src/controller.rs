@@ -729,10 +729,7 @@ impl Controller {
             .collect();
         cross_core_load(&epochs, id, self.core_count)
             .into_iter()
-            .fold(CoreLoad::default(), |a, c| CoreLoad {
-                in_flight: a.in_flight.saturating_add(c.in_flight),
-                pending: a.pending.saturating_add(c.pending),
-            })
+            .fold(CoreLoad::default(), CoreLoad::plus)
     }
 
     fn sync_discovery(&mut self, config: &Config) {
@@ -882,12 +879,12 @@ fn cross_core_load(epochs: &[Arc<MetricsEpoch>], id: &str, cores: usize) -> Vec<
         };
         for (core, recorder) in epoch.recorders.iter().enumerate().take(cores) {
             let (in_flight, pending) = recorder.replica_load(slot);
-            out[core].in_flight = out[core]
-                .in_flight
-                .saturating_add(in_flight.clamp(0, i64::from(u32::MAX)) as u32);
-            out[core].pending = out[core]
-                .pending
-                .saturating_add(pending.clamp(0, i64::from(u32::MAX)) as u32);
+            let prompt_tokens = recorder.replica_prompt_tokens(slot);
+            out[core] = out[core].plus(CoreLoad {
+                in_flight: in_flight.clamp(0, i64::from(u32::MAX)) as u32,
+                pending: pending.clamp(0, i64::from(u32::MAX)) as u32,
+                prompt_tokens: prompt_tokens.max(0) as u64,
+            });
         }
     }
     out

@@ -198,6 +198,7 @@ pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
             "age_micros": e.age_micros,
         })),
         "cached_tokens": c.cached_tokens,
+        "prompt_tokens": c.prompt_tokens,
     })
 }
 
@@ -225,11 +226,13 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
         None | Some(Value::Null) => None,
         Some(c) => Some(u32::try_from(c.as_u64()?).ok()?),
     };
+    let prompt_tokens = v.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
     Some((
         Candidate {
             replica,
             in_flight,
             pending,
+            prompt_tokens,
             engine,
             cached_tokens,
         },

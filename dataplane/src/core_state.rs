@@ -37,6 +37,8 @@ pub struct ReplicaState {
     pub in_flight: Cell<u32>,
     /// Requests this core has waiting for the replica's response head.
     pub pending: Cell<u32>,
+    /// Prompt tokens of this core's requests in flight to the replica (tokenized ones).
+    pub prompt_tokens: Cell<u64>,
     /// This core's share of the replica's `max_concurrency`.
     pub cap_in_flight: Cell<u32>,
     /// This core's share of the replica's `max_pending`.
@@ -61,6 +63,7 @@ impl ReplicaState {
             key,
             in_flight: Cell::new(0),
             pending: Cell::new(0),
+            prompt_tokens: Cell::new(0),
             cap_in_flight: Cell::new(0),
             cap_pending: Cell::new(0),
             pool: IdlePool::default(),
@@ -155,6 +158,7 @@ pub struct ReplicaSlot {
     recorder: Arc<CoreRecorder>,
     metrics_slot: usize,
     pending: bool,
+    prompt_tokens: u32,
 }
 
 impl ReplicaSlot {
@@ -178,6 +182,14 @@ impl Drop for ReplicaSlot {
         self.head_received();
         self.replica.in_flight.set(self.replica.in_flight.get() - 1);
         self.recorder.in_flight(self.metrics_slot, -1);
+        if self.prompt_tokens > 0 {
+            let n = u64::from(self.prompt_tokens);
+            self.replica
+                .prompt_tokens
+                .set(self.replica.prompt_tokens.get().saturating_sub(n));
+            self.recorder
+                .prompt_tokens(self.metrics_slot, -i64::from(self.prompt_tokens));
+        }
     }
 }
 
@@ -231,6 +243,7 @@ impl CoreView {
                     replica: i,
                     in_flight: r.in_flight.get().saturating_add(others.in_flight),
                     pending: r.pending.get().saturating_add(others.pending),
+                    prompt_tokens: r.prompt_tokens.get().saturating_add(others.prompt_tokens),
                     engine,
                     cached_tokens: None,
                 })
@@ -271,18 +284,26 @@ impl CoreView {
             .map_or(PolicyKind::LeastRequest, |a| a.policy)
     }
 
-    /// Takes a slot on replica `index` (in flight and pending). The caller checked `has_room`.
-    pub fn acquire(&self, index: usize) -> Option<ReplicaSlot> {
+    /// Takes a slot on replica `index` (in flight and pending, and `prompt_tokens` when the
+    /// prompt was tokenized). The caller checked `has_room`.
+    pub fn acquire(&self, index: usize, prompt_tokens: u32) -> Option<ReplicaSlot> {
         let replica = self.replicas.get(index)?.clone();
         replica.in_flight.set(replica.in_flight.get() + 1);
         replica.pending.set(replica.pending.get() + 1);
         self.recorder.in_flight(index, 1);
         self.recorder.pending(index, 1);
+        if prompt_tokens > 0 {
+            replica
+                .prompt_tokens
+                .set(replica.prompt_tokens.get() + u64::from(prompt_tokens));
+            self.recorder.prompt_tokens(index, i64::from(prompt_tokens));
+        }
         Some(ReplicaSlot {
             replica,
             recorder: self.recorder.clone(),
             metrics_slot: index,
             pending: true,
+            prompt_tokens,
         })
     }
 }
@@ -610,7 +631,11 @@ replicas:
             report,
             per_core: per_core
                 .iter()
-                .map(|&(in_flight, pending)| CoreLoad { in_flight, pending })
+                .map(|&(in_flight, pending)| CoreLoad {
+                    in_flight,
+                    pending,
+                    prompt_tokens: 0,
+                })
                 .collect(),
         }
     }
@@ -650,10 +675,14 @@ replicas:
         );
         // Core 0's own counts are its live cells (1 in flight on `a`), not the snapshot's 5.
         let view = build_view(0, 2, snap, None);
-        let _slot = view.acquire(0).unwrap();
+        let _slot = view.acquire(0, 100).unwrap();
         let c = view.candidates(0, &[], now);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1 + 7, 1 + 2));
+        assert_eq!(
+            c[0].prompt_tokens, 100,
+            "this core's tokenized prompt in flight"
+        );
         assert_eq!(c[0].engine.map(|e| e.running), Some(3.0));
         assert_eq!((c[1].in_flight, c[1].pending), (4, 0));
         assert!(

@@ -166,6 +166,7 @@ struct Offsets {
     errors: usize,
     in_flight: usize,
     pending: usize,
+    prompt_tokens: usize,
     total: usize,
 }
 
@@ -181,7 +182,8 @@ impl Offsets {
         let errors = retries + m;
         let in_flight = errors + ErrorReason::ALL.len();
         let pending = in_flight + replicas;
-        let total = pending + replicas;
+        let prompt_tokens = pending + replicas;
+        let total = prompt_tokens + replicas;
         Offsets {
             models,
             replicas,
@@ -193,6 +195,7 @@ impl Offsets {
             errors,
             in_flight,
             pending,
+            prompt_tokens,
             total,
         }
     }
@@ -312,6 +315,23 @@ impl CoreRecorder {
     pub fn pending(&self, replica: usize, delta: i64) {
         if replica < self.off.replicas {
             self.add(self.off.pending + replica, delta as u64);
+        }
+    }
+
+    /// Moves this core's gauge of prompt tokens in flight to `replica` by `delta` (requests whose
+    /// prompt was tokenized). Out-of-range slots are ignored.
+    pub fn prompt_tokens(&self, replica: usize, delta: i64) {
+        if replica < self.off.replicas {
+            self.add(self.off.prompt_tokens + replica, delta as u64);
+        }
+    }
+
+    /// This core's prompt tokens in flight to replica slot `replica` (0 outside the layout).
+    pub fn replica_prompt_tokens(&self, replica: usize) -> i64 {
+        if replica < self.off.replicas {
+            self.read(self.off.prompt_tokens + replica) as i64
+        } else {
+            0
         }
     }
 
@@ -826,6 +846,20 @@ mod tests {
     const R1_OK: &str = "inferrail_requests_total{model=\"m\",replica=\"r1\",outcome=\"success\"}";
     const R0_OK: &str = "inferrail_requests_total{model=\"m\",replica=\"r0\",outcome=\"success\"}";
     const TTFT_COUNT: &str = "inferrail_ttft_seconds_count{model=\"m\"}";
+
+    #[test]
+    fn prompt_tokens_in_flight_per_slot() {
+        let r = CoreRecorder::new(&layout());
+        r.prompt_tokens(1, 300);
+        r.prompt_tokens(1, 200);
+        r.prompt_tokens(1, -300);
+        r.prompt_tokens(9, 50);
+        assert_eq!(r.replica_prompt_tokens(1), 200);
+        assert_eq!(r.replica_prompt_tokens(0), 0);
+        assert_eq!(r.replica_prompt_tokens(9), 0);
+        // The gauge is not a metrics family: the page is unchanged by it.
+        assert!(!render(&layout(), &[Arc::new(r)]).contains("prompt_tokens"));
+    }
 
     #[test]
     fn pending_and_replica_load() {

@@ -17,6 +17,8 @@ pub struct Candidate {
     pub in_flight: u32,
     /// Requests waiting for its response head, counted the same way.
     pub pending: u32,
+    /// Prompt tokens of requests in flight to it (tokenized ones), counted the same way.
+    pub prompt_tokens: u64,
     /// The engine's own load, when its report is younger than `load.max_age`.
     pub engine: Option<EngineView>,
     /// Prompt tokens predicted to be in the replica's prefix cache, when a prediction was made.

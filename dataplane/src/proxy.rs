@@ -251,7 +251,8 @@ pub async fn forward(
         observe_decision(ctx, view, &req, attempt, replica, &candidates);
         let ticket = prediction.record(ctx, view, replica);
         tried.push(replica);
-        let Some(mut slot) = view.acquire(replica) else {
+        let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
+        let Some(mut slot) = view.acquire(replica, prompt_tokens) else {
             break;
         };
         if attempt > 1 {

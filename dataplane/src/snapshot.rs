@@ -140,6 +140,19 @@ pub struct CoreLoad {
     pub in_flight: u32,
     /// Requests waiting for the response head.
     pub pending: u32,
+    /// Prompt tokens of its requests in flight (those whose prompt was tokenized).
+    pub prompt_tokens: u64,
+}
+
+impl CoreLoad {
+    /// The sum of two loads (saturating).
+    pub fn plus(self, other: CoreLoad) -> CoreLoad {
+        CoreLoad {
+            in_flight: self.in_flight.saturating_add(other.in_flight),
+            pending: self.pending.saturating_add(other.pending),
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+        }
+    }
 }
 
 /// What the control thread knows of a replica right now.
@@ -181,6 +194,7 @@ impl ReplicaEntry {
         CoreLoad {
             in_flight: self.total.in_flight.saturating_sub(own.in_flight),
             pending: self.total.pending.saturating_sub(own.pending),
+            prompt_tokens: self.total.prompt_tokens.saturating_sub(own.prompt_tokens),
         }
     }
 }
@@ -348,10 +362,7 @@ impl Snapshot {
                 let total = live
                     .per_core
                     .iter()
-                    .fold(CoreLoad::default(), |a, c| CoreLoad {
-                        in_flight: a.in_flight.saturating_add(c.in_flight),
-                        pending: a.pending.saturating_add(c.pending),
-                    });
+                    .fold(CoreLoad::default(), |a, c| a.plus(*c));
                 let metrics_slot = metrics.layout.replicas.iter().position(|id| *id == spec.id);
                 ReplicaEntry {
                     spec,
