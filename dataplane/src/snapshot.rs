@@ -78,8 +78,6 @@ pub struct ModelEntry {
     pub shadow: Arc<[PolicyKind]>,
     /// Indices into [`Snapshot::replicas`] of replicas serving this model.
     pub replicas: Vec<usize>,
-    /// Index of the model in the snapshot's metrics layout.
-    pub metrics_slot: usize,
 }
 
 impl ModelEntry {
@@ -176,8 +174,6 @@ pub struct ReplicaEntry {
     pub spec: ReplicaSpec,
     /// Health, engine report and cross-core load.
     pub live: ReplicaLive,
-    /// Index of the replica in the snapshot's metrics layout.
-    pub metrics_slot: Option<usize>,
     /// Sum of `live.per_core`.
     pub total: CoreLoad,
 }
@@ -239,7 +235,7 @@ pub struct ConfigPart {
     pub generation: u64,
     /// Settings.
     pub settings: Settings,
-    /// Models (with `replicas` and `metrics_slot` filled in by [`Snapshot::assemble`]).
+    /// Models (with `replicas` filled in by [`Snapshot::assemble`]).
     pub models: Vec<ModelEntry>,
     /// `created` time of the `/v1/models` cards.
     pub created_unix: u64,
@@ -303,7 +299,6 @@ impl ConfigPart {
                     .filter(|p| crate::policy::build(*p).is_some())
                     .collect(),
                 replicas: Vec::new(),
-                metrics_slot: 0,
             });
         }
         let s = &config.server;
@@ -349,13 +344,27 @@ fn routing_fingerprint(config: &Config) -> u64 {
 
 impl Snapshot {
     /// Assembles a snapshot from the config part, the registry's replicas with their live state,
-    /// and the metrics epoch (whose layout must name every model and replica).
+    /// and the metrics epoch. The epoch's layout must list the models and replicas in this same
+    /// order: snapshot indices are the recorders' slots.
     pub fn assemble(
         part: &ConfigPart,
         replicas: Vec<(ReplicaSpec, ReplicaLive)>,
         generation: u64,
         metrics: Arc<MetricsEpoch>,
     ) -> Snapshot {
+        debug_assert!(
+            metrics
+                .layout
+                .replicas
+                .iter()
+                .eq(replicas.iter().map(|(s, _)| &s.id))
+                && metrics
+                    .layout
+                    .models
+                    .iter()
+                    .eq(part.models.iter().map(|m| &m.name)),
+            "metrics layout out of step with the snapshot"
+        );
         let replicas: Vec<ReplicaEntry> = replicas
             .into_iter()
             .map(|(spec, live)| {
@@ -363,13 +372,7 @@ impl Snapshot {
                     .per_core
                     .iter()
                     .fold(CoreLoad::default(), |a, c| a.plus(*c));
-                let metrics_slot = metrics.layout.replicas.iter().position(|id| *id == spec.id);
-                ReplicaEntry {
-                    spec,
-                    live,
-                    metrics_slot,
-                    total,
-                }
+                ReplicaEntry { spec, live, total }
             })
             .collect();
         let mut models = part.models.clone();
@@ -381,12 +384,6 @@ impl Snapshot {
                 .filter(|(_, r)| r.spec.models.contains(&m.name))
                 .map(|(i, _)| i)
                 .collect();
-            m.metrics_slot = metrics
-                .layout
-                .models
-                .iter()
-                .position(|n| *n == m.name)
-                .unwrap_or(usize::MAX);
             names.insert(m.name.clone(), mi);
             for a in &m.aliases {
                 names.insert(a.clone(), mi);
