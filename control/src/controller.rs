@@ -215,6 +215,8 @@ pub struct Controller {
     discovery: Option<Discovery>,
     resolver: Arc<dyn Resolver>,
     discovered: Vec<DiscoveredMember>,
+    /// The config's static replicas, as last resolved.
+    statics: Vec<Wanted>,
     /// Metrics epochs (merged for `/metrics`).
     pub history: MetricsHistory,
     epochs: Vec<std::sync::Weak<MetricsEpoch>>,
@@ -251,6 +253,8 @@ pub struct Seed {
     pub resolver: Arc<dyn Resolver>,
     /// Members discovered before the first request.
     pub discovered: Vec<DiscoveredMember>,
+    /// The config's static replicas, resolved.
+    pub statics: Vec<Wanted>,
     /// The snapshot the cores started with.
     pub first: Arc<Snapshot>,
     /// The cores' mailboxes and doorbells.
@@ -327,6 +331,7 @@ impl Controller {
             discovery: seed.discovery,
             resolver: seed.resolver,
             discovered: seed.discovered,
+            statics: seed.statics,
             history: MetricsHistory::new(epoch.clone()),
             epochs: vec![Arc::downgrade(&epoch)],
             cores: seed.cores,
@@ -544,25 +549,9 @@ impl Controller {
         let mut dirty = self.note_changes(&changes);
         if let Some(members) = self.discovery.as_ref().and_then(Discovery::poll) {
             self.discovered = members;
-            let statics: Vec<Wanted> = self
-                .registry
-                .members()
-                .iter()
-                .filter(|m| m.source == Source::Static)
-                .map(|m| Wanted {
-                    id: m.spec.id.clone(),
-                    addr: m.spec.addr,
-                    authority: m.spec.authority.clone(),
-                    models: m.spec.models.clone(),
-                    max_concurrency: m.spec.max_concurrency,
-                    max_pending: m.spec.max_pending,
-                    kv_capacity_blocks: m.spec.kv_capacity_blocks,
-                    source: Source::Static,
-                })
-                .collect();
             let changes = self
                 .registry
-                .update(wanted_members(statics, &self.discovered));
+                .update(wanted_members(self.statics.clone(), &self.discovered));
             dirty |= self.membership_changed(&changes);
         }
         if dirty || now.saturating_duration_since(self.current.built) >= refresh {
@@ -712,7 +701,8 @@ impl Controller {
         self.sync_discovery(&config);
         let changes = self
             .registry
-            .update(wanted_members(statics, &self.discovered));
+            .update(wanted_members(statics.clone(), &self.discovered));
+        self.statics = statics;
         self.membership_changed(&changes);
         let now = Instant::now();
         let changes = self.health.tick(now);

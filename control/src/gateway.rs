@@ -156,11 +156,9 @@ impl Gateway {
             let members = d.resolve_now_blocking(DISCOVERY_START_WAIT);
             (Some(d), members)
         };
+        let statics = static_replicas(&config)?;
         let mut registry = Registry::new();
-        registry.update(controller::wanted_members(
-            static_replicas(&config)?,
-            &discovered,
-        ));
+        registry.update(controller::wanted_members(statics.clone(), &discovered));
         let core_count = resolve_cores(config.server.cores);
         let epoch = MetricsEpoch::new(controller::layout_of(&part, &registry), core_count);
         let replicas = registry
@@ -267,6 +265,7 @@ impl Gateway {
             discovery,
             resolver,
             discovered,
+            statics,
             first: snapshot,
             cores: CoreLinks {
                 mailboxes: cores.mailboxes.clone(),
