@@ -6,6 +6,7 @@ use crate::control_metrics::{
     self, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
 };
 use crate::controller::{Controller, ScrapeState};
+use crate::fleet_health::ReplicaHealth;
 use crate::live_config::Refusal;
 use inferrail_dataplane::core_stats::{RESULT_LABELS, TOKENIZE_BUCKETS};
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
@@ -18,6 +19,11 @@ use std::time::Instant;
 
 fn millis(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// When a replica's current ejection ends, if it is ejected at `now`.
+fn ejected_until(health: Option<ReplicaHealth>, now: Instant) -> Option<Instant> {
+    health.and_then(|h| h.ejected_until).filter(|u| *u > now)
 }
 
 /// GET /admin/replicas: every registry member with its health, ejection, load and engine report.
@@ -61,11 +67,8 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
                 "healthy": health.map(|h| h.probe_healthy),
                 "consecutive_probe_failures": health.map(|h| h.consecutive_probe_failures),
                 "consecutive_request_failures": health.map(|h| h.consecutive_request_failures),
-                "ejected": health.and_then(|h| h.ejected_until).is_some_and(|u| u > now),
-                "ejected_for_ms": health
-                    .and_then(|h| h.ejected_until)
-                    .filter(|u| *u > now)
-                    .map(|u| millis(u - now)),
+                "ejected": ejected_until(health, now).is_some(),
+                "ejected_for_ms": ejected_until(health, now).map(|u| millis(u - now)),
                 "ejections": facts.ejections,
                 "last_ejection": facts.last_ejection.map(|(first, trip)| json!({
                     "after_first_failure_ms": millis(first),
@@ -160,9 +163,7 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
                 id: r.spec.id.clone(),
                 routable: ctl.health.routable(key, now),
                 probe_healthy: health.is_some_and(|h| h.probe_healthy),
-                ejected: health
-                    .and_then(|h| h.ejected_until)
-                    .is_some_and(|u| u > now),
+                ejected: ejected_until(health, now).is_some(),
                 ejections: facts.ejections,
                 scrapes: facts.scrapes,
                 engine: facts.report.map(|rep| EngineRow {
