@@ -31,6 +31,35 @@ pub fn push_repr_str(out: &mut String, s: &str) {
     out.push(quote);
 }
 
+/// Appends `s` as Python's `json.dumps` writes a string: quotes, backslash, `\n`, `\r`, `\t`,
+/// `\b`, `\f` and other control characters escaped; with `ensure_ascii`, every non-ASCII
+/// character as `\uXXXX` (UTF-16 surrogate pairs beyond the BMP).
+pub fn push_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if ensure_ascii && !(' '..='~').contains(&c) => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// Python's `repr(float)` of a finite `f`: the shortest digits that round-trip, positional for
 /// decimal exponents -4..=15 with at least one decimal (`100.0`, `0.0001`, `-0.0`), scientific
 /// otherwise (`1e-05`, `1.5e+16`). Callers spell NaN and infinities their own way.
@@ -98,6 +127,18 @@ mod tests {
         ] {
             assert_eq!(finite_float_repr(f), want);
         }
+    }
+
+    #[test]
+    fn json_strings_escape_as_python_does() {
+        let j = |s: &str, ascii| {
+            let mut out = String::new();
+            push_json_str(&mut out, s, ascii);
+            out
+        };
+        assert_eq!(j("a\"b\\\n\u{1}", false), "\"a\\\"b\\\\\\n\\u0001\"");
+        assert_eq!(j("é😀", false), "\"é😀\"");
+        assert_eq!(j("é😀", true), "\"\\u00e9\\ud83d\\ude00\"");
     }
 
     #[test]

@@ -145,23 +145,7 @@ pub(crate) struct ValidationItem {
 
 /// Appends `s` as a JSON string the way pydantic / `json.dumps(ensure_ascii=False)` write it.
 pub(crate) fn push_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    inferrail_shards::pyfmt::push_json_str(out, s, false);
 }
 
 /// Appends Python's `repr()` of a str.
