@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::task::{Poll, Waker};
 
+use inferrail_wire::{BodyFraming, ChunkedDecoder, HeadError, RequestHead};
 use monoio::io::{CancelHandle, CancelableAsyncReadRent, Canceller, OwnedReadHalf};
 use monoio::net::TcpStream;
 
@@ -109,5 +110,120 @@ pub(crate) async fn read_loop(conn: &Conn, mut rd: OwnedReadHalf<TcpStream>) {
                 return;
             }
         }
+    }
+}
+
+/// Largest request head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+/// Largest request body accepted.
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// An idle connection is closed after this long without a request.
+pub(crate) const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What waiting for the next request head on a connection gave.
+pub(crate) enum NextHead {
+    Head(RequestHead),
+    /// The connection ended or idled out between requests.
+    Done,
+    /// An unreadable head: answer this status and close.
+    Bad(u16),
+}
+
+/// Waits for the next complete request head in the inbox (closing an idle connection after
+/// `IDLE_TIMEOUT`).
+pub(crate) async fn next_head(conn: &Conn) -> NextHead {
+    loop {
+        {
+            let mut inbox = conn.inbox.borrow_mut();
+            if !inbox.is_empty() {
+                match RequestHead::parse(&inbox) {
+                    Ok(Some((head, used))) => {
+                        inbox.drain(..used);
+                        return NextHead::Head(head);
+                    }
+                    Ok(None) if inbox.len() > MAX_HEAD => return NextHead::Bad(431),
+                    Ok(None) => {}
+                    Err(HeadError::TooManyHeaders) => return NextHead::Bad(431),
+                    Err(_) => return NextHead::Bad(400),
+                }
+            }
+        }
+        if conn.gone() {
+            return NextHead::Done;
+        }
+        let idle = conn.inbox.borrow().is_empty();
+        let changed = conn.changed();
+        if idle {
+            let timed_out = monoio::select! {
+                _ = monoio::time::sleep(IDLE_TIMEOUT) => true,
+                _ = changed => false,
+            };
+            if timed_out {
+                return NextHead::Done;
+            }
+        } else {
+            changed.await;
+        }
+    }
+}
+
+/// Why a request body could not be read.
+pub(crate) enum BodyError {
+    Gone,
+    Malformed,
+    TooLarge,
+}
+
+/// Reads a request body of `framing` from the inbox (content-length or chunked, capped at
+/// `MAX_BODY`).
+pub(crate) async fn read_body(conn: &Conn, framing: BodyFraming) -> Result<Vec<u8>, BodyError> {
+    match framing {
+        BodyFraming::Length(0) => Ok(Vec::new()),
+        BodyFraming::Length(n) => {
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_BODY)
+                .ok_or(BodyError::TooLarge)?;
+            loop {
+                {
+                    let mut inbox = conn.inbox.borrow_mut();
+                    if inbox.len() >= n {
+                        let body = inbox[..n].to_vec();
+                        inbox.drain(..n);
+                        return Ok(body);
+                    }
+                }
+                if conn.gone() {
+                    return Err(BodyError::Gone);
+                }
+                conn.changed().await;
+            }
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::new();
+            let mut body = Vec::new();
+            loop {
+                {
+                    let mut inbox = conn.inbox.borrow_mut();
+                    if !inbox.is_empty() {
+                        let p = decoder
+                            .feed(&inbox, Some(&mut body))
+                            .map_err(|_| BodyError::Malformed)?;
+                        inbox.drain(..p.consumed);
+                        if p.done {
+                            return Ok(body);
+                        }
+                        if body.len() > MAX_BODY {
+                            return Err(BodyError::TooLarge);
+                        }
+                    }
+                }
+                if conn.gone() {
+                    return Err(BodyError::Gone);
+                }
+                conn.changed().await;
+            }
+        }
+        BodyFraming::UntilClose => Err(BodyError::Malformed),
     }
 }

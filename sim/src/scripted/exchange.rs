@@ -10,7 +10,7 @@ use monoio::io::OwnedWriteHalf;
 use monoio::net::TcpStream;
 
 use super::conn::{
-    after, next_head, pause, read_body, BodyError, Conn, Gone, Local, NextHead, Writer,
+    after, gone, next_head, pause, read_body, BodyError, Conn, Gone, Local, NextHead, Writer,
 };
 use super::framing;
 use super::respond::{self, Api, Completion, Framing, Head};
@@ -215,7 +215,7 @@ async fn plain(
     let (rid, _) = request_id(head, &mut local.clock.borrow_mut());
     match read_body(conn, head.framing).await {
         Ok(_) => {}
-        Err(BodyError::Gone(_)) => return false,
+        Err(BodyError::Gone) => return false,
         Err(BodyError::Malformed) => {
             push_error(local, io, 400, &rid, None, true, false);
             let _ = io.flush(conn).await;
@@ -303,7 +303,7 @@ async fn exchange(
     }
     let body = match read_body(conn, head.framing).await {
         Ok(b) => b,
-        Err(BodyError::Gone(g)) => return Outcome::Gone(g),
+        Err(BodyError::Gone) => return Outcome::Gone(gone(conn).unwrap_or(Gone::Client)),
         Err(e) => {
             let status = if matches!(e, BodyError::TooLarge) {
                 413
