@@ -107,7 +107,7 @@ pub enum ArgsError {
     },
 }
 
-fn invalid(flag: &str, reason: impl Into<String>) -> ArgsError {
+pub(crate) fn invalid(flag: &str, reason: impl Into<String>) -> ArgsError {
     ArgsError::Invalid {
         flag: flag.to_string(),
         reason: reason.into(),
@@ -139,10 +139,7 @@ where
             return Err(ArgsError::Help);
         }
         // Accept both `--flag value` and `--flag=value`.
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (flag, None),
-        };
+        let (flag, inline) = split_flag(flag);
         let mut value = || {
             inline
                 .clone()
@@ -164,22 +161,8 @@ where
             "--timeout" => timeout = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--max-idle" => max_idle = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--body" => body = Some(value()?.into_bytes()),
-            "--body-file" => {
-                let path = value()?;
-                body =
-                    Some(std::fs::read(&path).map_err(|e| invalid(&flag, format!("{path}: {e}")))?);
-            }
-            "--header" => {
-                let v = value()?;
-                let (k, val) = v
-                    .split_once(':')
-                    .ok_or_else(|| invalid(&flag, "expected 'name: value'"))?;
-                let k = k.trim();
-                if k.is_empty() || k.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                    return Err(invalid(&flag, "bad header name"));
-                }
-                headers.push((k.to_string(), val.trim().to_string()));
-            }
+            "--body-file" => body = Some(body_file_arg(&flag, &value()?)?),
+            "--header" => headers.push(header_arg(&flag, &value()?)?),
             "--connections" => connections = parse_count(&flag, &value()?)?,
             "--max-connections" => max_connections = parse_count(&flag, &value()?)?.max(1),
             "--seed" => seed = value()?.parse().map_err(|_| invalid(&flag, "not a u64"))?,
@@ -216,6 +199,31 @@ where
         },
         json,
     })
+}
+
+/// Splits `--flag=value` into the flag and its inline value (`--flag` alone: no value).
+pub(crate) fn split_flag(flag: String) -> (String, Option<String>) {
+    match flag.split_once('=') {
+        Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+        _ => (flag, None),
+    }
+}
+
+/// A `--header 'name: value'` argument.
+pub(crate) fn header_arg(flag: &str, v: &str) -> Result<(String, String), ArgsError> {
+    let (k, val) = v
+        .split_once(':')
+        .ok_or_else(|| invalid(flag, "expected 'name: value'"))?;
+    let k = k.trim();
+    if k.is_empty() || k.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(invalid(flag, "bad header name"));
+    }
+    Ok((k.to_string(), val.trim().to_string()))
+}
+
+/// The contents of a `--body-file` argument.
+pub(crate) fn body_file_arg(flag: &str, path: &str) -> Result<Vec<u8>, ArgsError> {
+    std::fs::read(path).map_err(|e| invalid(flag, format!("{path}: {e}")))
 }
 
 fn parse_count(flag: &str, v: &str) -> Result<usize, ArgsError> {

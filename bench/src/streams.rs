@@ -20,7 +20,10 @@ use inferrail_wire::Method;
 use monoio::{FusionDriver, FusionRuntime, RuntimeBuilder};
 use serde::Serialize;
 
-use crate::args::{parse_duration, parse_url, ArgsError, LoadConfig, Target};
+use crate::args::{
+    body_file_arg, header_arg, invalid, parse_duration, parse_url, split_flag, ArgsError,
+    LoadConfig, Target,
+};
 use crate::conn::{Conn, SseResponse};
 use crate::schedule::Arrivals;
 use crate::sse::SseSummary;
@@ -72,13 +75,6 @@ pub struct StreamsArgs {
     pub json: Option<PathBuf>,
 }
 
-fn invalid(flag: &str, reason: impl Into<String>) -> ArgsError {
-    ArgsError::Invalid {
-        flag: flag.to_string(),
-        reason: reason.into(),
-    }
-}
-
 /// Parses the arguments that follow `streams`.
 pub fn parse_streams_args<I>(args: I) -> Result<StreamsArgs, ArgsError>
 where
@@ -97,10 +93,7 @@ where
         if flag == "--help" || flag == "-h" {
             return Err(ArgsError::Help);
         }
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (flag, None),
-        };
+        let (flag, inline) = split_flag(flag);
         let mut value = || {
             inline
                 .clone()
@@ -118,22 +111,8 @@ where
             "--streams" => streams = Some(count(value()?)?),
             "--connect-concurrency" => connect_concurrency = count(value()?)?,
             "--body" => body = Some(value()?.into_bytes()),
-            "--body-file" => {
-                let path = value()?;
-                body =
-                    Some(std::fs::read(&path).map_err(|e| invalid(&flag, format!("{path}: {e}")))?);
-            }
-            "--header" => {
-                let v = value()?;
-                let (k, val) = v
-                    .split_once(':')
-                    .ok_or_else(|| invalid(&flag, "expected 'name: value'"))?;
-                let k = k.trim();
-                if k.is_empty() || k.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                    return Err(invalid(&flag, "bad header name"));
-                }
-                headers.push((k.to_string(), val.trim().to_string()));
-            }
+            "--body-file" => body = Some(body_file_arg(&flag, &value()?)?),
+            "--header" => headers.push(header_arg(&flag, &value()?)?),
             "--connect-timeout" => {
                 connect_timeout = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?
             }
