@@ -12,8 +12,9 @@ use serde_yaml::Value;
 
 use crate::error::Problem;
 use crate::schema::{
-    Config, CostModelParams, DecisionLog, Discovery, DnsGroup, Health, Index, Load, Logging, Model,
-    Observability, PolicyKind, Replica, Retry, Routing, Server, TokenizerPool,
+    Config, CostModelParams, DecisionLog, Discovery, DnsGroup, Health, HotPrefix, Index,
+    KvAwareWeights, Load, Logging, Model, Observability, PolicyKind, Replica, Retry, Routing,
+    Server, TokenizerPool,
 };
 use crate::walk::{
     above_zero, above_zero_at_most_one, at_least_zero, describe, placeholder_url, positive,
@@ -57,6 +58,7 @@ const MODEL_KEYS: &[&str] = &[
     "block_size",
     "chat_template",
     "chat_template_kwargs",
+    "cost_model",
 ];
 const REPLICA_KEYS: &[&str] = &[
     "id",
@@ -77,12 +79,20 @@ const ROUTING_KEYS: &[&str] = &[
     "session_affinity",
     "seed",
     "cost_model",
+    "prefix_hash",
+    "kv_aware",
+    "hot_prefix",
+    "short_prompt_tokens",
 ];
 const COST_MODEL_KEYS: &[&str] = &[
     "prefill_token_secs",
     "prefill_pair_secs",
     "prefill_fixed_secs",
+    "decode_interference_secs",
 ];
+const PREFIX_HASH_KEYS: &[&str] = &["blocks"];
+const KV_AWARE_KEYS: &[&str] = &["cache_weight", "load_weight"];
+const HOT_PREFIX_KEYS: &[&str] = &["blocks", "window", "utilization"];
 const HEALTH_KEYS: &[&str] = &[
     "interval",
     "timeout",
@@ -93,7 +103,7 @@ const HEALTH_KEYS: &[&str] = &[
 ];
 const RETRY_KEYS: &[&str] = &["max_attempts", "backoff", "max_backoff"];
 const LOAD_KEYS: &[&str] = &["scrape_interval", "scrape_timeout", "max_age"];
-const TOKENIZER_KEYS: &[&str] = &["workers", "max_wait", "cache_tokens"];
+const TOKENIZER_KEYS: &[&str] = &["workers", "max_wait", "cache_tokens", "inline_max_bytes"];
 const INDEX_KEYS: &[&str] = &["shards", "default_capacity_blocks"];
 const OBSERVABILITY_KEYS: &[&str] = &[
     "otlp_endpoint",
@@ -255,6 +265,7 @@ impl Decoder {
                     )
                 },
             ),
+            cost_model: f.get("cost_model").map(|_| self.cost_model(&f)),
         }
     }
 
@@ -356,6 +367,67 @@ impl Decoder {
             session_affinity: self.or(&f, "session_affinity", def.session_affinity, Self::boolean),
             seed: self.optional(&f, "seed", |d, p, v| d.uint(p, v, 0, u64::MAX)),
             cost_model: self.cost_model(&f),
+            prefix_hash_blocks: self.prefix_hash(&f),
+            kv_aware: self.kv_aware(&f),
+            hot_prefix: self.hot_prefix(&f),
+            short_prompt_tokens: self.or(
+                &f,
+                "short_prompt_tokens",
+                def.short_prompt_tokens,
+                |d, p, v| d.uint(p, v, 0, u64::from(u32::MAX)).map(|n| n as u32),
+            ),
+        }
+    }
+
+    /// `routing.prefix_hash`: `blocks` >= 1.
+    fn prefix_hash(&mut self, parent: &Fields<'_>) -> u32 {
+        let f = self.fields(
+            &parent.path("prefix_hash"),
+            parent.get("prefix_hash"),
+            PREFIX_HASH_KEYS,
+        );
+        self.or(
+            &f,
+            "blocks",
+            Routing::default().prefix_hash_blocks,
+            |d, p, v| d.uint(p, v, 1, 1 << 20).map(|n| n as u32),
+        )
+    }
+
+    /// `routing.kv_aware`: both weights >= 0.
+    fn kv_aware(&mut self, parent: &Fields<'_>) -> KvAwareWeights {
+        let f = self.fields(
+            &parent.path("kv_aware"),
+            parent.get("kv_aware"),
+            KV_AWARE_KEYS,
+        );
+        let def = KvAwareWeights::default();
+        KvAwareWeights {
+            cache_weight: self.or(&f, "cache_weight", def.cache_weight, |d, p, v| {
+                d.float(p, v, at_least_zero)
+            }),
+            load_weight: self.or(&f, "load_weight", def.load_weight, |d, p, v| {
+                d.float(p, v, at_least_zero)
+            }),
+        }
+    }
+
+    /// `routing.hot_prefix`: `blocks` >= 1, `window` > 0, `utilization` in (0, 1].
+    fn hot_prefix(&mut self, parent: &Fields<'_>) -> HotPrefix {
+        let f = self.fields(
+            &parent.path("hot_prefix"),
+            parent.get("hot_prefix"),
+            HOT_PREFIX_KEYS,
+        );
+        let def = HotPrefix::default();
+        HotPrefix {
+            blocks: self.or(&f, "blocks", def.blocks, |d, p, v| {
+                d.uint(p, v, 1, 1 << 20).map(|n| n as u32)
+            }),
+            window: self.or(&f, "window", def.window, positive),
+            utilization: self.or(&f, "utilization", def.utilization, |d, p, v| {
+                d.float(p, v, above_zero_at_most_one)
+            }),
         }
     }
 
@@ -390,10 +462,12 @@ impl Decoder {
         )
     }
 
-    fn cost_model(&mut self, routing: &Fields<'_>) -> CostModelParams {
+    /// `cost_model` under `routing` or a model (`parent`): each coefficient >= 0, defaults for
+    /// the keys left out.
+    fn cost_model(&mut self, parent: &Fields<'_>) -> CostModelParams {
         let f = self.fields(
-            &routing.path("cost_model"),
-            routing.get("cost_model"),
+            &parent.path("cost_model"),
+            parent.get("cost_model"),
             COST_MODEL_KEYS,
         );
         let def = CostModelParams::default();
@@ -404,6 +478,11 @@ impl Decoder {
             prefill_token_secs: coefficient(self, "prefill_token_secs", def.prefill_token_secs),
             prefill_pair_secs: coefficient(self, "prefill_pair_secs", def.prefill_pair_secs),
             prefill_fixed_secs: coefficient(self, "prefill_fixed_secs", def.prefill_fixed_secs),
+            decode_interference_secs: coefficient(
+                self,
+                "decode_interference_secs",
+                def.decode_interference_secs,
+            ),
         }
     }
 
@@ -464,6 +543,9 @@ impl Decoder {
             workers: self.or(&f, "workers", def.workers, Self::count),
             max_wait: self.or(&f, "max_wait", def.max_wait, zero_ok),
             cache_tokens: self.or(&f, "cache_tokens", def.cache_tokens, |d, p, v| {
+                d.uint(p, v, 0, u64::MAX)
+            }),
+            inline_max_bytes: self.or(&f, "inline_max_bytes", def.inline_max_bytes, |d, p, v| {
                 d.uint(p, v, 0, u64::MAX)
             }),
         }
@@ -546,7 +628,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::testing::{errs, minimal_with, ok, one_err, MINIMAL};
-    use crate::{Count, PolicyKind};
+    use crate::{CostModelParams, Count, PolicyKind};
 
     #[test]
     fn unknown_keys_are_reported_at_every_depth() {
@@ -896,6 +978,40 @@ routing: {split: {p2c: 100}, shadow: [random]}
                 "models[0].shadow[0]: unknown policy \"bar\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
                 "models[1].split: expected a mapping (got a list)",
                 "models[1].shadow: expected a list (got \"p2c\")",
+            ]
+        );
+    }
+
+    #[test]
+    fn per_model_cost_model() {
+        let config = ok("\
+models:
+  - {name: m, cost_model: {prefill_token_secs: 2e-4, prefill_pair_secs: 1.0e-8, prefill_fixed_secs: 0.01}}
+  - {name: k, cost_model: {prefill_fixed_secs: 0}}
+  - {name: n, cost_model: null}
+replicas: [{id: r, url: 'http://a:1', models: [m, k, n]}]
+");
+        let want = CostModelParams {
+            prefill_token_secs: 2e-4,
+            prefill_pair_secs: 1e-8,
+            prefill_fixed_secs: 0.01,
+            ..CostModelParams::default()
+        };
+        assert_eq!(config.models[0].cost_model, Some(want));
+        // Keys left out take the defaults, as under `routing`; absent or null is no override.
+        let partial = CostModelParams {
+            prefill_fixed_secs: 0.0,
+            ..CostModelParams::default()
+        };
+        assert_eq!(config.models[1].cost_model, Some(partial));
+        assert_eq!(config.models[2].cost_model, None);
+        assert_eq!(config.routing.cost_model, CostModelParams::default());
+        assert_eq!(
+            errs("models: [{name: m, cost_model: {prefill_pair_secs: -1e-9, alpha: 1}}, {name: n, cost_model: 3}]\nreplicas: [{id: r, url: 'http://a:1', models: [m, n]}]\n"),
+            [
+                "models[0].cost_model.alpha: unknown key; expected one of: prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs",
+                "models[0].cost_model.prefill_pair_secs: must not be negative (got -1e-9)",
+                "models[1].cost_model: expected a mapping with keys prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs (got 3)",
             ]
         );
     }

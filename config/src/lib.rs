@@ -37,8 +37,9 @@ pub use document::{document_of_yaml, parse_document};
 pub use error::{ConfigError, Problem, Problems};
 pub use merge_patch::merge_patch;
 pub use schema::{
-    Config, CostModelParams, Count, DecisionLog, Discovery, DnsGroup, Health, Index, Load, Logging,
-    Model, Observability, PolicyKind, Replica, Retry, Routing, Server, TokenizerPool, UpstreamUrl,
+    Config, CostModelParams, Count, DecisionLog, Discovery, DnsGroup, Health, HotPrefix, Index,
+    KvAwareWeights, Load, Logging, Model, Observability, PolicyKind, Replica, Retry, Routing,
+    Server, TokenizerPool, UpstreamUrl,
 };
 
 /// Parses and validates a configuration from YAML text.

@@ -40,6 +40,10 @@ impl Config {
             "tokenizer.cache_tokens",
             self.tokenizer.cache_tokens != new.tokenizer.cache_tokens,
         );
+        check(
+            "tokenizer.inline_max_bytes",
+            self.tokenizer.inline_max_bytes != new.tokenizer.inline_max_bytes,
+        );
         check("index.shards", self.index.shards != new.index.shards);
         check(
             "index.default_capacity_blocks",

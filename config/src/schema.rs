@@ -149,6 +149,10 @@ pub struct Model {
     pub chat_template: Option<String>,
     /// Extra variables passed to the chat template.
     pub chat_template_kwargs: BTreeMap<String, serde_yaml::Value>,
+    /// This model's own prefill cost coefficients (`inferrail calibrate --model`), validated
+    /// like `routing.cost_model` (keys left out take the same defaults); `routing.cost_model`
+    /// applies when `None`.
+    pub cost_model: Option<CostModelParams>,
 }
 
 /// One entry of `replicas`: a statically configured engine.
@@ -262,6 +266,56 @@ pub struct Routing {
     pub seed: Option<u64>,
     /// Cost-model coefficients.
     pub cost_model: CostModelParams,
+    /// `prefix_hash.blocks`: leading blocks the prefix_hash policy hashes. Default 8, >= 1.
+    pub prefix_hash_blocks: u32,
+    /// `kv_aware` weights.
+    pub kv_aware: KvAwareWeights,
+    /// Hot prefix replication.
+    pub hot_prefix: HotPrefix,
+    /// Prompts with at most this many tokens to compute on a replica pass the KV-pressure
+    /// guard. Default 256.
+    pub short_prompt_tokens: u32,
+}
+
+/// `routing.kv_aware`: score `cache_weight * cached/prompt - load_weight * in_flight/busiest`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvAwareWeights {
+    /// Weight of the predicted cached fraction. Default 1.0, >= 0.
+    pub cache_weight: f64,
+    /// Weight of the load relative to the busiest candidate. Default 1.0, >= 0.
+    pub load_weight: f64,
+}
+
+impl Default for KvAwareWeights {
+    fn default() -> Self {
+        KvAwareWeights {
+            cache_weight: 1.0,
+            load_weight: 1.0,
+        }
+    }
+}
+
+/// `routing.hot_prefix`: a root prefix whose recent prefill demand needs more than
+/// `utilization` of a replica gets `ceil(demand / utilization)` owners.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotPrefix {
+    /// Leading blocks that name a root prefix. Default 8, >= 1.
+    pub blocks: u32,
+    /// Window of the demand count. Default 10s, > 0.
+    pub window: Duration,
+    /// Share of one replica's time a prefix may need before it gets more owners. Default 0.7,
+    /// in (0, 1].
+    pub utilization: f64,
+}
+
+impl Default for HotPrefix {
+    fn default() -> Self {
+        HotPrefix {
+            blocks: 8,
+            window: Duration::from_secs(10),
+            utilization: 0.7,
+        }
+    }
 }
 
 impl Default for Routing {
@@ -275,6 +329,10 @@ impl Default for Routing {
             session_affinity: false,
             seed: None,
             cost_model: CostModelParams::default(),
+            prefix_hash_blocks: 8,
+            kv_aware: KvAwareWeights::default(),
+            hot_prefix: HotPrefix::default(),
+            short_prompt_tokens: 256,
         }
     }
 }
@@ -288,6 +346,9 @@ pub struct CostModelParams {
     pub prefill_pair_secs: f64,
     /// `d`, fixed seconds per prefill. Default 0.005, >= 0.
     pub prefill_fixed_secs: f64,
+    /// Seconds a replica's prefill is delayed per request it is running (decode steps share
+    /// the batch). Default 0.0003, >= 0.
+    pub decode_interference_secs: f64,
 }
 
 impl Default for CostModelParams {
@@ -296,6 +357,7 @@ impl Default for CostModelParams {
             prefill_token_secs: 0.0001,
             prefill_pair_secs: 3.3e-9,
             prefill_fixed_secs: 0.005,
+            decode_interference_secs: 0.0003,
         }
     }
 }
@@ -381,6 +443,10 @@ pub struct TokenizerPool {
     pub max_wait: Duration,
     /// Tokens kept in the tokenization cache; 0 disables it. Default 1,000,000.
     pub cache_tokens: u64,
+    /// Bodies of at most this many bytes are tokenized on the data core itself instead of the
+    /// pool (cheaper than the two thread hops for short prompts); 0 sends every body to the pool.
+    /// Default 0 (see ADR 013 for the measurement behind it).
+    pub inline_max_bytes: u64,
 }
 
 impl Default for TokenizerPool {
@@ -389,6 +455,7 @@ impl Default for TokenizerPool {
             workers: Count::Auto,
             max_wait: Duration::from_millis(50),
             cache_tokens: 1_000_000,
+            inline_max_bytes: 0,
         }
     }
 }

@@ -16,8 +16,9 @@ use crate::replica_worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, Wor
 use crate::scrape::ScrapeOutcome;
 use crate::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
-use inferrail_dataplane::core_stats::{CoreStats, PredictionStats};
+use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
+use inferrail_dataplane::fleet::FleetFacts;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
 use inferrail_dataplane::predict::Predictor;
 use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
@@ -127,6 +128,10 @@ pub struct Observers {
     pub predictor: Option<Arc<Predictor>>,
     /// Each core's prediction counters.
     pub prediction_stats: Vec<Arc<PredictionStats>>,
+    /// Fleet-wide sessions and prefix demand (read by explain).
+    pub fleet: Arc<FleetFacts>,
+    /// Each core's routing-brain counters.
+    pub brain_stats: Vec<Arc<BrainStats>>,
 }
 
 impl Observers {

@@ -214,6 +214,33 @@ pub fn parse(page: &[u8]) -> Result<EngineLoad, EngineLoadError> {
     }
 }
 
+/// The sum of every finite sample named exactly `name` (e.g.
+/// `vllm:time_to_first_token_seconds_sum`) over all its series, read with the same line syntax
+/// as [`parse`]; `None` when the page has no finite sample of it. For families [`parse`] does
+/// not report (histogram sums and counts).
+pub fn sample_sum(page: &[u8], name: &str) -> Option<f64> {
+    samples(page, name)
+        .filter_map(|s| s.value.filter(|v| v.is_finite()))
+        .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+}
+
+/// The value of label `label` on the first sample named `name` that has it, as written
+/// (escapes kept), e.g. `block_size` of `vllm:cache_config_info`.
+pub fn label_value(page: &[u8], name: &str, label: &str) -> Option<String> {
+    samples(page, name)
+        .find_map(|s| s.label(label.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The well-formed sample lines named `name`.
+fn samples<'a>(page: &'a [u8], name: &'a str) -> impl Iterator<Item = Sample<'a>> + 'a {
+    page.split(|&b| b == b'\n')
+        .map(|raw| trim_start(raw.strip_suffix(b"\r").unwrap_or(raw)))
+        .filter(move |line| line.starts_with(name.as_bytes()))
+        .filter_map(parse_line)
+        .filter(move |s| s.name == name.as_bytes())
+}
+
 fn add_sample(acc: &mut Acc, engine: EngineKind, slot: usize, sample: &Sample<'_>) {
     if sample.labels.iter().any(|(k, _)| contains(k, b"priority")) {
         return;
@@ -609,6 +636,29 @@ sglang:num_retracted_requests_total{dp_rank=\"1\",engine_type=\"unified\",model_
         };
         assert_eq!(missing.len(), 4);
         assert!(!missing.contains(&"sglang:num_retracted_requests_total"));
+    }
+
+    #[test]
+    fn engine_load_sample_sum_and_label_value() {
+        let page = TWO_RANKS.as_bytes();
+        assert_eq!(sample_sum(page, "vllm:num_requests_running"), Some(8.0));
+        // NaN samples are skipped; a prefix of another name is not a match.
+        assert_eq!(
+            sample_sum(page, "vllm:prefix_cache_hits_total"),
+            Some(150.0)
+        );
+        assert_eq!(sample_sum(page, "vllm:num_requests_waiting_by"), None);
+        assert_eq!(sample_sum(page, "vllm:nope"), None);
+        assert_eq!(
+            label_value(page, "vllm:cache_config_info", "block_size").as_deref(),
+            Some("16")
+        );
+        assert_eq!(label_value(page, "vllm:cache_config_info", "nope"), None);
+        let fixture = FIXTURES[2].1.as_bytes();
+        assert_eq!(
+            sample_sum(fixture, "vllm:time_to_first_token_seconds_count").map(|c| c > 0.0),
+            Some(true)
+        );
     }
 
     #[test]

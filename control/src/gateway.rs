@@ -8,8 +8,9 @@ use crate::live_config::ConfigStore;
 use crate::registry::{static_replicas, Registry, ResolveError};
 use crate::shadow::{spawn_shadow, ShadowHandle};
 use inferrail_config::{Config, ConfigError, Count};
-use inferrail_dataplane::core_stats::{CoreStats, PredictionStats};
+use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::cores::CoreWiring;
+use inferrail_dataplane::fleet::FleetFacts;
 use inferrail_dataplane::metrics::MetricsEpoch;
 use inferrail_dataplane::observe::sink_pair;
 use inferrail_dataplane::reports::ReportQueue;
@@ -213,6 +214,10 @@ impl Gateway {
         let prediction_stats: Vec<Arc<PredictionStats>> = (0..core_count)
             .map(|_| Arc::new(PredictionStats::default()))
             .collect();
+        let brain_stats: Vec<Arc<BrainStats>> = (0..core_count)
+            .map(|_| Arc::new(BrainStats::default()))
+            .collect();
+        let fleet = Arc::new(FleetFacts::new(config.routing.hot_prefix.window));
         let reports = Arc::new(ReportQueue::new(65_536));
         let stats: Vec<Arc<CoreStats>> = (0..core_count)
             .map(|_| Arc::new(CoreStats::new()))
@@ -235,6 +240,8 @@ impl Gateway {
                 stats: stats.clone(),
                 predictor: predictor.clone(),
                 prediction_stats: prediction_stats.clone(),
+                fleet: fleet.clone(),
+                brain_stats: brain_stats.clone(),
             },
             shutdown.clone(),
         )?;
@@ -281,6 +288,8 @@ impl Gateway {
                 stats,
                 predictor,
                 prediction_stats,
+                fleet,
+                brain_stats,
             },
         };
         let control = match control_thread::spawn(ControlInputs {

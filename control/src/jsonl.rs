@@ -2,9 +2,13 @@
 //! flushed on a deadline, the observer thread loop that feeds it, and the on-disk form of a
 //! routing candidate (written by both logs, read back by the shadow replay).
 
+use crate::shadow::ShadowInputs;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use inferrail_dataplane::brain::{BrainParams, CostParams};
 use inferrail_dataplane::policy::{Candidate, EngineView};
+use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::Snapshot;
+use inferrail_shards::prefix_hash::BlockHash;
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -199,6 +203,89 @@ pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
         })),
         "cached_tokens": c.cached_tokens,
         "prompt_tokens": c.prompt_tokens,
+        "key": c.key,
+        "queued_prefill_secs": c.queued_prefill_secs,
+        "tier_secs": c.tier_secs,
+    })
+}
+
+/// The logged form of a shadow decision's inputs: the prompt's length and leading block hashes
+/// (as many as prefix_hash reads), the rough length, and the model's routing settings.
+/// [`inputs_from_json`] reads back exactly what this writes.
+pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
+    let p = &i.params;
+    json!({
+        "prompt": i.prompt.as_ref().map(|f| json!({
+            "tokens": f.tokens,
+            "block_size": f.block_size,
+            "hashes": f.hashes.iter().take(p.prefix_blocks as usize)
+                .map(|h| format!("{:032x}", h.0)).collect::<Vec<_>>(),
+        })),
+        "approx_tokens": i.approx_tokens,
+        "params": {
+            "epsilon": p.epsilon,
+            "kappa": p.kappa,
+            "short_prompt_tokens": p.short_prompt_tokens,
+            "prefill_token_secs": p.cost.token_secs,
+            "prefill_pair_secs": p.cost.pair_secs,
+            "prefill_fixed_secs": p.cost.fixed_secs,
+            "decode_interference_secs": p.cost.decode_interference_secs,
+            "cache_weight": p.cache_weight,
+            "load_weight": p.load_weight,
+            "prefix_blocks": p.prefix_blocks,
+            "hot_blocks": p.hot_blocks,
+            "hot_utilization": p.hot_utilization,
+            "session_affinity": p.session_affinity,
+        },
+    })
+}
+
+/// Reads back inputs written by [`inputs_json`], or `None` when a field is missing or malformed.
+pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
+    let p = v.get("params")?;
+    let f = |name: &str| p.get(name).and_then(Value::as_f64);
+    let n = |name: &str| {
+        p.get(name)
+            .and_then(Value::as_u64)
+            .and_then(|x| u32::try_from(x).ok())
+    };
+    let params = BrainParams {
+        epsilon: f("epsilon")?,
+        kappa: f("kappa")?,
+        short_prompt_tokens: n("short_prompt_tokens")?,
+        cost: CostParams {
+            token_secs: f("prefill_token_secs")?,
+            pair_secs: f("prefill_pair_secs")?,
+            fixed_secs: f("prefill_fixed_secs")?,
+            decode_interference_secs: f("decode_interference_secs")?,
+        },
+        cache_weight: f("cache_weight")?,
+        load_weight: f("load_weight")?,
+        prefix_blocks: n("prefix_blocks")?,
+        hot_blocks: n("hot_blocks")?,
+        hot_utilization: f("hot_utilization")?,
+        session_affinity: p.get("session_affinity")?.as_bool()?,
+    };
+    let prompt = match v.get("prompt") {
+        None | Some(Value::Null) => None,
+        Some(pv) => {
+            let hashes = pv
+                .get("hashes")?
+                .as_array()?
+                .iter()
+                .map(|h| u128::from_str_radix(h.as_str()?, 16).ok().map(BlockHash))
+                .collect::<Option<Vec<BlockHash>>>()?;
+            Some(PromptFacts {
+                tokens: u32::try_from(pv.get("tokens")?.as_u64()?).ok()?,
+                hashes: hashes.into(),
+                block_size: u32::try_from(pv.get("block_size")?.as_u64()?).ok()?,
+            })
+        }
+    };
+    Some(ShadowInputs {
+        prompt,
+        approx_tokens: u32::try_from(v.get("approx_tokens")?.as_u64()?).ok()?,
+        params,
     })
 }
 
@@ -227,14 +314,18 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
         Some(c) => Some(u32::try_from(c.as_u64()?).ok()?),
     };
     let prompt_tokens = v.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let secs = |name: &str| v.get(name).and_then(Value::as_f64).unwrap_or(0.0);
     Some((
         Candidate {
             replica,
+            key: v.get("key").and_then(Value::as_u64).unwrap_or(0),
             in_flight,
             pending,
             prompt_tokens,
             engine,
             cached_tokens,
+            queued_prefill_secs: secs("queued_prefill_secs"),
+            tier_secs: secs("tier_secs"),
         },
         id,
     ))
@@ -249,6 +340,7 @@ pub(crate) mod test_support {
     pub(crate) fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {
         Candidate {
             replica,
+            key: replica as u64 + 1,
             in_flight,
             pending,
             ..Candidate::default()

@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod admin_api;
+pub mod calibrate;
 pub mod client;
 pub mod control_metrics;
 pub mod control_thread;
@@ -23,6 +24,7 @@ pub mod fleet_health;
 pub mod gateway;
 mod jsonl;
 pub mod live_config;
+pub mod nnls;
 pub mod prediction;
 pub mod probe;
 pub mod registry;

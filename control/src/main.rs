@@ -1,4 +1,4 @@
-//! The `inferrail` command: serve, check, demo, replay-shadow.
+//! The `inferrail` command: serve, check, demo, replay-shadow, calibrate.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -15,6 +15,12 @@ usage:
   inferrail demo [--requests N]   run a gateway in front of three in-process engines
   inferrail replay-shadow LOG     re-run every pick of a shadow log; exit 0 when all reproduce,
                                   1 on a mismatch, 2 when the log cannot be read
+  inferrail calibrate --url ENGINE [--model NAME] [--out FILE] [--probes N]
+                    [--block-size N] [--max-tokens-total N]
+                                  measure an idle vLLM engine's prefill time (TTFT from its
+                                  /metrics) over prompts of known cached and uncached length,
+                                  fit the cost model and print its YAML (routing.cost_model,
+                                  or models[NAME].cost_model with --model); exit 1 on errors
   inferrail --version
 ";
 
@@ -115,6 +121,37 @@ fn serve(path: &Path) -> ExitCode {
     gateway.wait();
     eprintln!("inferrail: stopped");
     ExitCode::SUCCESS
+}
+
+/// `inferrail calibrate ...`: the fit's table on stderr, the YAML fragment on stdout (or
+/// `--out`); 2 on a usage error, 1 when calibration fails.
+fn calibrate(args: &[String]) -> ExitCode {
+    use inferrail_control::calibrate::{self as cal, CalibrateError};
+    let opts = match cal::parse_args(args) {
+        Ok(o) => o,
+        Err(CalibrateError::Usage(e)) => {
+            eprintln!("inferrail calibrate: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("inferrail calibrate: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = cal::run(&opts).and_then(|report| {
+        eprint!("{}", report.summary());
+        cal::emit(
+            &cal::fragment(&report, opts.model.as_deref()),
+            opts.out.as_deref(),
+        )
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("inferrail calibrate: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// `inferrail replay-shadow LOG`: prints a summary; 0 when every pick reproduces, 1 on the first
@@ -225,6 +262,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        "calibrate" => calibrate(rest),
         "--version" | "-V" => {
             println!("inferrail {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -4,8 +4,10 @@
 //! breaker counts and idle connections, and the health book keeps its health.
 
 use inferrail_config::Config;
+use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_dataplane::snapshot::ReplicaSpec;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 
 /// Where a registry member came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +115,7 @@ impl Registry {
             let existing = self.members.iter().find(|m| {
                 m.spec.id == w.id && m.spec.addr == w.addr && m.spec.authority == w.authority
             });
-            let key = match existing {
+            let (key, fleet) = match existing {
                 Some(m) => {
                     if m.spec.models != w.models
                         || m.spec.max_concurrency != w.max_concurrency
@@ -123,13 +125,13 @@ impl Registry {
                     {
                         changes.updated.push(m.spec.key);
                     }
-                    m.spec.key
+                    (m.spec.key, m.spec.fleet.clone())
                 }
                 None => {
                     let key = self.next_key;
                     self.next_key += 1;
                     changes.added.push(key);
-                    key
+                    (key, Arc::new(FleetReplica::new()))
                 }
             };
             next.push(Member {
@@ -142,6 +144,7 @@ impl Registry {
                     max_concurrency: w.max_concurrency,
                     max_pending: w.max_pending,
                     kv_capacity_blocks: w.kv_capacity_blocks,
+                    fleet,
                 },
                 source: w.source,
             });

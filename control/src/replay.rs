@@ -2,7 +2,7 @@
 //! logged shadow pick from the logged inputs, and reports the first pick that does not reproduce.
 
 use crate::jsonl;
-use crate::shadow::ShadowEngine;
+use crate::shadow::{ShadowEngine, ShadowInputs};
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::policy::Candidate;
 use serde_json::Value;
@@ -167,6 +167,10 @@ impl Replay {
             candidates.push(cand);
             ids.push(id);
         }
+        let inputs = match v.get("inputs") {
+            None => ShadowInputs::default(),
+            Some(i) => jsonl::inputs_from_json(i).ok_or("the inputs are malformed")?,
+        };
         let picks = v
             .get("picks")
             .and_then(Value::as_object)
@@ -180,7 +184,7 @@ impl Replay {
                 _ => return Err(format!("pick of {name} is neither a replica id nor null")),
             };
             let replayed = engine
-                .pick(model, k, request_id, &candidates)
+                .pick(model, k, request_id, &inputs, &candidates)
                 .map(|i| ids[i].as_str());
             self.report.decisions_checked += 1;
             if replayed != logged {
@@ -229,11 +233,14 @@ mod tests {
 
     use crate::jsonl::test_support::cand;
 
-    const SHADOW: [PolicyKind; 4] = [
+    const SHADOW: [PolicyKind; 7] = [
         PolicyKind::RoundRobin,
         PolicyKind::Random,
         PolicyKind::P2c,
         PolicyKind::LeastRequest,
+        PolicyKind::PrefixHash,
+        PolicyKind::KvAware,
+        PolicyKind::CostModel,
     ];
     const SEED: u64 = 0xfeed;
 
@@ -251,7 +258,11 @@ mod tests {
             let g = (i * 3 / n).min(2);
             let count = 1 + rng.below(4);
             let mut candidates: Vec<Candidate> = (0..4)
-                .map(|r| cand(r, rng.below(5) as u32, rng.below(2) as u32))
+                .map(|r| Candidate {
+                    cached_tokens: (i % 3 == 0).then(|| 16 * rng.below(4) as u32),
+                    queued_prefill_secs: rng.below(100) as f64 / 1000.0,
+                    ..cand(r, rng.below(5) as u32, rng.below(2) as u32)
+                })
                 .collect();
             candidates.retain(|c| c.replica < count || rng.below(2) == 0);
             if candidates.is_empty() {
@@ -270,6 +281,21 @@ mod tests {
                 request_id: format!("req-{i}"),
                 chosen,
                 candidates,
+                // Every third request carries a prompt, so cache-aware shadows read hashes and
+                // cached tokens that the log must carry for the replay.
+                prompt: (i % 3 == 0).then(|| inferrail_dataplane::predict::PromptFacts {
+                    tokens: 40 + (i as u32 % 90),
+                    hashes: (0..(i % 7))
+                        .map(|k| {
+                            inferrail_shards::prefix_hash::BlockHash(u128::from(
+                                rng.next_u64() ^ k as u64,
+                            ))
+                        })
+                        .collect::<Vec<_>>()
+                        .into(),
+                    block_size: 16,
+                }),
+                approx_tokens: i as u32,
             };
             tx.send(job).unwrap();
         }
@@ -340,7 +366,14 @@ mod tests {
         });
         let m = replay_shadow(&path).unwrap().mismatch.unwrap();
         assert_eq!(m.line, line);
-        assert!(m.detail.contains("least_request"), "{}", m.detail);
+        // The first load-reading policy in the line's order reports it.
+        assert!(
+            ["least_request", "kv_aware", "cost_model"]
+                .iter()
+                .any(|p| m.detail.contains(p)),
+            "{}",
+            m.detail
+        );
         let _ = std::fs::remove_file(&path);
     }
 

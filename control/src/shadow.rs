@@ -8,8 +8,11 @@
 use crate::jsonl::{self, LineWriter, Worker};
 use crossbeam_channel::Receiver;
 use inferrail_config::PolicyKind;
+use inferrail_dataplane::brain::{self, BrainParams, RouteInput};
+use inferrail_dataplane::fleet::FleetFacts;
 use inferrail_dataplane::observe::ShadowJob;
 use inferrail_dataplane::policy::{self, Candidate, RoutingPolicy};
+use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::rng::Rng;
 use inferrail_dataplane::split::stable_hash64;
 use serde_json::{json, Map, Value};
@@ -17,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Salt of the request-id hash that seeds a shadow decision (see [`decision_rng`]).
 pub const SHADOW_SALT: u64 = 0x5348_4144_4f57_0001;
@@ -28,13 +31,26 @@ pub fn decision_rng(seed: u64, request_id: &str) -> Rng {
     Rng::new(seed ^ stable_hash64(SHADOW_SALT, request_id.as_bytes()))
 }
 
+/// What a shadow decision reads besides the candidates.
+#[derive(Debug, Clone, Default)]
+pub struct ShadowInputs {
+    /// The tokenized prompt, when a prediction was made.
+    pub prompt: Option<PromptFacts>,
+    /// The rough prompt length used without one.
+    pub approx_tokens: u32,
+    /// The model's routing settings.
+    pub params: BrainParams,
+}
+
 /// The shadow policies' state and decisions, driven by events in log order.
 ///
 /// Guarantees: a policy object lives per (model name, policy) across decisions, so stateful
 /// policies such as round_robin keep their turn; it is rebuilt only when a generation newer than
 /// every one seen before no longer has that pair. Feeding the same calls in the same order gives
-/// the same picks (the replay relies on it).
+/// the same picks (the replay relies on it). Shadow decisions see no conversations and no
+/// prefix demand (their fleet facts stay empty), so a log line holds all they read.
 pub struct ShadowEngine {
+    fleet: FleetFacts,
     seed: u64,
     policies: HashMap<(String, PolicyKind), Box<dyn RoutingPolicy>>,
     seen: HashSet<u64>,
@@ -45,6 +61,7 @@ impl ShadowEngine {
     /// An engine with no policy state, seeding decisions from `seed`.
     pub fn new(seed: u64) -> ShadowEngine {
         ShadowEngine {
+            fleet: FleetFacts::new(Duration::from_secs(1)),
             seed,
             policies: HashMap::new(),
             seen: HashSet::new(),
@@ -81,26 +98,34 @@ impl ShadowEngine {
         true
     }
 
-    /// What policy `kind` picks for `model` among `candidates` for request `request_id`: an
-    /// index into `candidates`, or `None` when there are none or `kind` is not implemented.
+    /// What policy `kind` decides for `model` among `candidates` for request `request_id`: an
+    /// index into `candidates`, or `None` when there are none.
     pub fn pick(
         &mut self,
         model: &str,
         kind: PolicyKind,
         request_id: &str,
+        inputs: &ShadowInputs,
         candidates: &[Candidate],
     ) -> Option<usize> {
         if candidates.is_empty() {
             return None;
         }
-        let key = (model.to_string(), kind);
-        let policy = match self.policies.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(policy::build(kind)?),
+        let policy = self
+            .policies
+            .entry((model.to_string(), kind))
+            .or_insert_with(|| policy::build(kind));
+        let input = RouteInput {
+            prompt: inputs.prompt.as_ref().map(PromptFacts::view),
+            approx_tokens: inputs.approx_tokens,
+            session: None,
+            params: &inputs.params,
+            fleet: &self.fleet,
+            now_micros: 0,
         };
         let mut rng = decision_rng(self.seed, request_id);
-        let i = policy.pick(candidates, &mut rng);
-        (i < candidates.len()).then_some(i)
+        let d = brain::decide(policy.as_mut(), &input, candidates, &mut rng);
+        Some(d.winner)
     }
 }
 
@@ -236,13 +261,18 @@ fn handle_job(
     if let (true, Some(w)) = (first, writer.as_deref_mut()) {
         w.write(&config_line(job, engine.seed()), now);
     }
+    let inputs = ShadowInputs {
+        prompt: job.prompt.clone(),
+        approx_tokens: job.approx_tokens,
+        params: snap.models[job.model].brain.clone(),
+    };
     let mut picks: Vec<(PolicyKind, Option<usize>)> = Vec::with_capacity(job.shadow.len());
     for kind in job.shadow.iter() {
         if picks.iter().any(|(k, _)| k == kind) {
             continue;
         }
         let pick = engine
-            .pick(model, *kind, &job.request_id, &job.candidates)
+            .pick(model, *kind, &job.request_id, &inputs, &job.candidates)
             .map(|i| job.candidates[i].replica);
         picks.push((*kind, pick));
     }
@@ -262,7 +292,7 @@ fn handle_job(
         }
     }
     if let Some(w) = writer {
-        w.write(&shadow_line(job, model, &picks), now);
+        w.write(&shadow_line(job, model, &inputs, &picks), now);
     }
 }
 
@@ -284,7 +314,12 @@ fn config_line(job: &ShadowJob, seed: u64) -> Value {
 }
 
 /// The `shadow` line: the decision's inputs and each shadow policy's pick by replica id.
-fn shadow_line(job: &ShadowJob, model: &str, picks: &[(PolicyKind, Option<usize>)]) -> Value {
+fn shadow_line(
+    job: &ShadowJob,
+    model: &str,
+    inputs: &ShadowInputs,
+    picks: &[(PolicyKind, Option<usize>)],
+) -> Value {
     let snap = &job.snapshot;
     let id = |replica: usize| snap.replicas.get(replica).map(|r| r.id());
     let candidates: Vec<Value> = job
@@ -304,6 +339,7 @@ fn shadow_line(job: &ShadowJob, model: &str, picks: &[(PolicyKind, Option<usize>
         "policy": job.policy.as_str(),
         "chosen": id(job.chosen),
         "candidates": candidates,
+        "inputs": jsonl::inputs_json(inputs),
         "picks": picks,
     })
 }
@@ -325,6 +361,8 @@ mod tests {
             request_id: id.to_string(),
             chosen,
             candidates: vec![cand(0, 3, 0), cand(1, 0, 0), cand(2, 5, 1)],
+            prompt: None,
+            approx_tokens: 0,
         }
     }
 
@@ -334,20 +372,30 @@ mod tests {
         let mut e = ShadowEngine::new(1);
         let rr = PolicyKind::RoundRobin;
         assert!(e.enter_generation(1, |_, _| true));
-        let picks: Vec<_> = (0..4).map(|_| e.pick("m", rr, "r", &c)).collect();
+        let picks: Vec<_> = (0..4)
+            .map(|_| e.pick("m", rr, "r", &ShadowInputs::default(), &c))
+            .collect();
         assert_eq!(picks, vec![Some(0), Some(1), Some(2), Some(0)]);
         // A newer generation that still has (m, rr): state kept.
         assert!(e.enter_generation(2, |m, k| m == "m" && k == rr));
         assert!(!e.enter_generation(2, |_, _| false));
-        assert_eq!(e.pick("m", rr, "r", &c), Some(1));
+        assert_eq!(e.pick("m", rr, "r", &ShadowInputs::default(), &c), Some(1));
         // An older generation seen late prunes nothing.
         assert!(e.enter_generation(0, |_, _| false));
-        assert_eq!(e.pick("m", rr, "r", &c), Some(2));
+        assert_eq!(e.pick("m", rr, "r", &ShadowInputs::default(), &c), Some(2));
         // A newer generation without it: rebuilt, starts over.
         assert!(e.enter_generation(3, |_, _| false));
-        assert_eq!(e.pick("m", rr, "r", &c), Some(0));
-        assert_eq!(e.pick("m", PolicyKind::CostModel, "r", &c), None);
-        assert_eq!(e.pick("m", rr, "r", &[]), None);
+        assert_eq!(e.pick("m", rr, "r", &ShadowInputs::default(), &c), Some(0));
+        assert!(e
+            .pick(
+                "m",
+                PolicyKind::CostModel,
+                "r",
+                &ShadowInputs::default(),
+                &c
+            )
+            .is_some());
+        assert_eq!(e.pick("m", rr, "r", &ShadowInputs::default(), &[]), None);
     }
 
     #[test]
@@ -358,12 +406,20 @@ mod tests {
         for i in 0..50 {
             let id = format!("req-{i}");
             assert_eq!(
-                a.pick("m", PolicyKind::Random, &id, &c),
-                b.pick("m", PolicyKind::Random, &id, &c)
+                a.pick("m", PolicyKind::Random, &id, &ShadowInputs::default(), &c),
+                b.pick("m", PolicyKind::Random, &id, &ShadowInputs::default(), &c)
             );
         }
         let spread: HashSet<_> = (0..50)
-            .filter_map(|i| a.pick("m", PolicyKind::Random, &format!("x{i}"), &c))
+            .filter_map(|i| {
+                a.pick(
+                    "m",
+                    PolicyKind::Random,
+                    &format!("x{i}"),
+                    &ShadowInputs::default(),
+                    &c,
+                )
+            })
             .collect();
         assert!(spread.len() > 3, "{spread:?}");
     }

@@ -5,8 +5,10 @@
 //! Everything here is `Rc`/`Cell`/`RefCell`: it is only ever touched by its own core's thread,
 //! and no `RefCell` borrow is held across an `.await`.
 
-use crate::core_stats::{CoreStats, PredictionStats};
+use crate::brain::{self, Decision, RouteInput};
+use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
+use crate::fleet::{FleetFacts, FleetReplica};
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::policy::{self, Candidate, EngineView, RoutingPolicy};
@@ -152,16 +154,30 @@ impl Drop for LeftRotation {
 }
 
 /// Holds one request's slot on a replica: counted in flight (and pending until the response head
-/// arrives). Dropping it releases whatever it still holds.
+/// arrives, and in the replica's prefill queue until its first response byte), on this core and
+/// fleet-wide. Dropping it releases whatever it still holds.
 pub struct ReplicaSlot {
     replica: Rc<ReplicaState>,
     recorder: Arc<CoreRecorder>,
     metrics_slot: usize,
     pending: bool,
     prompt_tokens: u32,
+    fleet: Arc<FleetReplica>,
+    clock: Arc<FleetFacts>,
+    awaiting_first_byte: bool,
 }
 
 impl ReplicaSlot {
+    /// The first byte of the response body arrived: the request leaves the replica's prefill
+    /// queue (which empties when it was the last one waiting).
+    pub fn first_byte(&mut self) {
+        if self.awaiting_first_byte {
+            self.awaiting_first_byte = false;
+            self.fleet
+                .first_byte(self.clock.micros(std::time::Instant::now()));
+        }
+    }
+
     /// The response head arrived: the request no longer counts as pending.
     pub fn head_received(&mut self) {
         if self.pending {
@@ -180,6 +196,8 @@ impl ReplicaSlot {
 impl Drop for ReplicaSlot {
     fn drop(&mut self) {
         self.head_received();
+        self.first_byte();
+        self.fleet.finished();
         self.replica.in_flight.set(self.replica.in_flight.get() - 1);
         self.recorder.in_flight(self.metrics_slot, -1);
         if self.prompt_tokens > 0 {
@@ -217,7 +235,13 @@ impl CoreView {
     /// unless every such replica was tried already. Each carries the fleet-wide load: this core's
     /// exact counts plus the other cores' as the snapshot last read them, and the engine's own
     /// report while it is younger than `load.max_age`.
-    pub fn candidates(&self, model: usize, tried: &[usize], now: Instant) -> Vec<Candidate> {
+    pub fn candidates(
+        &self,
+        model: usize,
+        tried: &[usize],
+        now: Instant,
+        fleet_now: u64,
+    ) -> Vec<Candidate> {
         let snap = &self.snap;
         let max_age = snap.settings.max_report_age;
         let mut candidates: Vec<Candidate> = snap.models[model]
@@ -241,11 +265,14 @@ impl CoreView {
                 });
                 Some(Candidate {
                     replica: i,
-                    in_flight: r.in_flight.get().saturating_add(others.in_flight),
+                    key: entry.spec.key,
+                    in_flight: entry.spec.fleet.in_flight(),
                     pending: r.pending.get().saturating_add(others.pending),
                     prompt_tokens: r.prompt_tokens.get().saturating_add(others.prompt_tokens),
                     engine,
                     cached_tokens: None,
+                    queued_prefill_secs: entry.spec.fleet.queued_prefill_secs(fleet_now),
+                    tier_secs: 0.0,
                 })
             })
             .collect();
@@ -255,25 +282,25 @@ impl CoreView {
         candidates
     }
 
-    /// Asks arm `arm` of `model`'s policies to choose among `candidates` (non-empty); returns the
-    /// replica index.
+    /// Asks arm `arm` of `model`'s policies to decide among `candidates` (non-empty) through the
+    /// brain (pricing, guards, sessions); the winner is `candidates[decision.winner]`.
     pub fn choose(
         &self,
         model: usize,
         arm: usize,
+        input: &RouteInput<'_>,
         candidates: &[Candidate],
         rng: &mut Rng,
-    ) -> usize {
-        let i = match self.arms.get(model).and_then(|arms| arms.get(arm)) {
+    ) -> Decision {
+        match self.arms.get(model).and_then(|arms| arms.get(arm)) {
             Some(p) => {
                 let mut p = p.borrow_mut();
-                let i = p.pick(candidates, rng);
+                let d = brain::decide(&mut **p, input, candidates, rng);
                 self.recorder.decision(model, p.kind());
-                i
+                d
             }
-            None => 0,
-        };
-        candidates[i.min(candidates.len() - 1)].replica
+            None => brain::decide(&mut policy::LeastRequest, input, candidates, rng),
+        }
     }
 
     /// The policy of arm `arm` of `model`.
@@ -285,9 +312,18 @@ impl CoreView {
     }
 
     /// Takes a slot on replica `index` (in flight and pending, and `prompt_tokens` when the
-    /// prompt was tokenized). The caller checked `has_room`.
-    pub fn acquire(&self, index: usize, prompt_tokens: u32) -> Option<ReplicaSlot> {
+    /// prompt was tokenized), and queues `prefill_secs` on its fleet-wide prefill queue. The
+    /// caller checked `has_room`.
+    pub fn acquire(
+        &self,
+        index: usize,
+        prompt_tokens: u32,
+        prefill_secs: f64,
+        clock: &Arc<FleetFacts>,
+    ) -> Option<ReplicaSlot> {
         let replica = self.replicas.get(index)?.clone();
+        let fleet = self.snap.replicas.get(index)?.spec.fleet.clone();
+        fleet.routed(clock.micros(Instant::now()), prefill_secs);
         replica.in_flight.set(replica.in_flight.get() + 1);
         replica.pending.set(replica.pending.get() + 1);
         self.recorder.in_flight(index, 1);
@@ -304,6 +340,9 @@ impl CoreView {
             metrics_slot: index,
             pending: true,
             prompt_tokens,
+            fleet,
+            clock: clock.clone(),
+            awaiting_first_byte: true,
         })
     }
 }
@@ -329,6 +368,10 @@ pub struct CoreContext {
     pub predictor: Option<Arc<Predictor>>,
     /// This core's prediction counters.
     pub prediction_stats: Arc<PredictionStats>,
+    /// Fleet-wide sessions and prefix demand, and their clock.
+    pub fleet: Arc<FleetFacts>,
+    /// This core's routing-brain counters.
+    pub brain_stats: Arc<BrainStats>,
     rng: RefCell<Rng>,
     /// Fired when the gateway shuts down.
     pub shutdown: Arc<ShutdownSignal>,
@@ -385,6 +428,10 @@ pub struct CoreLinks {
     pub predictor: Option<Arc<Predictor>>,
     /// This core's prediction counters.
     pub prediction_stats: Arc<PredictionStats>,
+    /// Fleet-wide sessions and prefix demand (one for the whole gateway).
+    pub fleet: Arc<FleetFacts>,
+    /// This core's routing-brain counters.
+    pub brain_stats: Arc<BrainStats>,
     /// Shutdown.
     pub shutdown: Arc<ShutdownSignal>,
 }
@@ -412,6 +459,8 @@ impl CoreContext {
             stats: links.stats,
             predictor: links.predictor,
             prediction_stats: links.prediction_stats,
+            fleet: links.fleet,
+            brain_stats: links.brain_stats,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
             shutdown: links.shutdown,
             active_requests: Cell::new(0),
@@ -551,12 +600,7 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
                         })?;
                         o.arms.get(mi)?.get(ai).cloned()
                     });
-                    kept.unwrap_or_else(|| {
-                        Rc::new(RefCell::new(
-                            policy::build(arm.policy)
-                                .unwrap_or_else(|| Box::new(policy::LeastRequest)),
-                        ))
-                    })
+                    kept.unwrap_or_else(|| Rc::new(RefCell::new(policy::build(arm.policy))))
                 })
                 .collect()
         })
@@ -602,7 +646,12 @@ replicas:
             max_concurrency: 100,
             max_pending: 100,
             kv_capacity_blocks: None,
+            fleet: Arc::new(FleetReplica::new()),
         }
+    }
+
+    fn clock() -> Arc<FleetFacts> {
+        Arc::new(FleetFacts::new(Duration::from_secs(10)))
     }
 
     fn snapshot(replicas: Vec<(ReplicaSpec, ReplicaLive)>, generation: u64) -> Arc<Snapshot> {
@@ -654,7 +703,7 @@ replicas:
     }
 
     #[test]
-    fn candidates_add_the_other_cores_load_and_drop_stale_reports() {
+    fn candidates_read_the_fleet_load_and_drop_stale_reports() {
         let now = Instant::now();
         let snap = snapshot(
             vec![
@@ -673,18 +722,25 @@ replicas:
             ],
             1,
         );
-        // Core 0's own counts are its live cells (1 in flight on `a`), not the snapshot's 5.
+        // In flight comes from the fleet-wide counters (the one request acquired here), pending
+        // from this core's live cells plus the other cores' snapshot counts.
         let view = build_view(0, 2, snap, None);
-        let _slot = view.acquire(0, 100).unwrap();
-        let c = view.candidates(0, &[], now);
+        let clock = clock();
+        let _slot = view.acquire(0, 100, 0.25, &clock).unwrap();
+        let c = view.candidates(0, &[], now, 0);
         assert_eq!(c.len(), 2);
-        assert_eq!((c[0].in_flight, c[0].pending), (1 + 7, 1 + 2));
+        assert_eq!((c[0].in_flight, c[0].pending), (1, 1 + 2));
+        assert!(
+            c[0].queued_prefill_secs > 0.2,
+            "the acquired prefill is queued"
+        );
+        assert_eq!(c[0].key, 1);
         assert_eq!(
             c[0].prompt_tokens, 100,
             "this core's tokenized prompt in flight"
         );
         assert_eq!(c[0].engine.map(|e| e.running), Some(3.0));
-        assert_eq!((c[1].in_flight, c[1].pending), (4, 0));
+        assert_eq!((c[1].in_flight, c[1].pending), (0, 0));
         assert!(
             c[1].engine.is_none(),
             "a report older than max_age is ignored"
@@ -727,7 +783,7 @@ replicas:
             "the replica keeps its state by key"
         );
         assert!(left.as_mut().poll(&mut cx).is_ready());
-        let c = next.candidates(0, &[], now);
+        let c = next.candidates(0, &[], now, 0);
         assert_eq!(c.iter().map(|c| c.replica).collect::<Vec<_>>(), vec![1]);
     }
 
@@ -746,10 +802,20 @@ replicas:
         let v2 = build_view(0, 2, snap(2), Some(&v1));
         assert!(Rc::ptr_eq(&v1.arms[0][0], &v2.arms[0][0]));
         let mut rng = Rng::new(1);
-        let c = v2.candidates(0, &[], Instant::now());
-        let first = v2.choose(0, 0, &c, &mut rng);
+        let c = v2.candidates(0, &[], Instant::now(), 0);
+        let fleet = clock();
+        let params = crate::brain::BrainParams::default();
+        let input = RouteInput {
+            prompt: None,
+            approx_tokens: 0,
+            session: None,
+            params: &params,
+            fleet: &fleet,
+            now_micros: 0,
+        };
+        let first = v2.choose(0, 0, &input, &c, &mut rng).winner;
         let v3 = build_view(0, 2, snap(3), Some(&v2));
-        let second = v3.choose(0, 0, &c, &mut rng);
+        let second = v3.choose(0, 0, &input, &c, &mut rng).winner;
         assert_ne!(
             first, second,
             "round robin continued its turn across snapshots"

@@ -158,3 +158,104 @@ impl PredictionStats {
         )
     }
 }
+
+/// Upper bounds (seconds) of the estimated-TTFT histogram; `+Inf` is implicit.
+pub const ESTIMATE_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Upper bounds (seconds) of the decision-time histogram; `+Inf` is implicit.
+pub const DECISION_BUCKETS: [f64; 10] = [
+    0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001, 0.01,
+];
+
+const POLICIES: usize = inferrail_config::PolicyKind::ALL.len();
+
+/// One core's routing-brain counters: the chosen replica's estimated TTFT, candidates each
+/// guard set aside, steering reasons, and decision time per policy. Single writer (its core).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct BrainStats {
+    estimate_buckets: [AtomicU64; 13],
+    estimate_micros: AtomicU64,
+    guards: [AtomicU64; 2],
+    steering: [AtomicU64; 5],
+    decision_buckets: [[AtomicU64; 11]; POLICIES],
+    decision_nanos: [AtomicU64; POLICIES],
+}
+
+fn bucket(bounds: &[f64], secs: f64) -> usize {
+    bounds
+        .iter()
+        .position(|le| secs <= *le)
+        .unwrap_or(bounds.len())
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+impl BrainStats {
+    /// Records one decision by `policy` that took `took`.
+    pub fn decision(
+        &self,
+        policy: inferrail_config::PolicyKind,
+        took: Duration,
+        d: &crate::brain::Decision,
+    ) {
+        let p = inferrail_config::PolicyKind::ALL
+            .iter()
+            .position(|k| *k == policy)
+            .unwrap_or(0);
+        bump(&self.decision_buckets[p][bucket(&DECISION_BUCKETS, took.as_secs_f64())]);
+        add(
+            &self.decision_nanos[p],
+            took.as_nanos().min(u128::from(u64::MAX)) as u64,
+        );
+        let est = d.winner_row().estimate.total();
+        bump(&self.estimate_buckets[bucket(&ESTIMATE_BUCKETS, est)]);
+        add(&self.estimate_micros, crate::fleet::secs_to_micros(est));
+        for r in &d.rows {
+            if let Some(g) = r.set_aside {
+                let i = crate::brain::Guard::ALL
+                    .iter()
+                    .position(|x| *x == g)
+                    .unwrap_or(0);
+                bump(&self.guards[i]);
+            }
+        }
+        let s = crate::brain::Steering::ALL
+            .iter()
+            .position(|x| *x == d.steering)
+            .unwrap_or(0);
+        bump(&self.steering[s]);
+    }
+
+    /// Estimated-TTFT buckets (last is +Inf) and the sum in microseconds.
+    pub fn estimate_histogram(&self) -> ([u64; 13], u64) {
+        (
+            std::array::from_fn(|i| self.estimate_buckets[i].load(Ordering::Relaxed)),
+            self.estimate_micros.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Candidates set aside, in [`crate::brain::Guard::ALL`] order.
+    pub fn guards(&self) -> [u64; 2] {
+        std::array::from_fn(|i| self.guards[i].load(Ordering::Relaxed))
+    }
+
+    /// Decisions by steering reason, in [`crate::brain::Steering::ALL`] order.
+    pub fn steering(&self) -> [u64; 5] {
+        std::array::from_fn(|i| self.steering[i].load(Ordering::Relaxed))
+    }
+
+    /// Decision-time buckets (last is +Inf) and the sum in nanoseconds of policy `p` (index in
+    /// `PolicyKind::ALL`).
+    pub fn decision_histogram(&self, p: usize) -> ([u64; 11], u64) {
+        let row = &self.decision_buckets[p.min(POLICIES - 1)];
+        (
+            std::array::from_fn(|i| row[i].load(Ordering::Relaxed)),
+            self.decision_nanos[p.min(POLICIES - 1)].load(Ordering::Relaxed),
+        )
+    }
+}

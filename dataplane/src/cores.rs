@@ -2,8 +2,9 @@
 //! SO_REUSEPORT listener and [`CoreContext`].
 
 use crate::core_state::{CoreContext, CoreLinks};
-use crate::core_stats::{CoreStats, PredictionStats};
+use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
+use crate::fleet::FleetFacts;
 use crate::http::serve_connection;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::predict::Predictor;
@@ -111,6 +112,10 @@ pub struct CoreWiring {
     pub predictor: Option<Arc<Predictor>>,
     /// One prediction counter block per core.
     pub prediction_stats: Vec<Arc<PredictionStats>>,
+    /// Fleet-wide sessions and prefix demand.
+    pub fleet: Arc<FleetFacts>,
+    /// One routing-brain counter block per core.
+    pub brain_stats: Vec<Arc<BrainStats>>,
 }
 
 /// Binds one SO_REUSEPORT listener per core and starts the core threads. Returns once every core
@@ -128,6 +133,8 @@ pub fn start_cores(
         stats,
         predictor,
         prediction_stats,
+        fleet,
+        brain_stats,
     } = wiring;
     let mut shadow = shadow.into_iter();
     let mut decisions = decisions.into_iter();
@@ -172,6 +179,8 @@ pub fn start_cores(
         let stats = stats.get(index).cloned().unwrap_or_default();
         let predictor = predictor.clone();
         let prediction_stats = prediction_stats.get(index).cloned().unwrap_or_default();
+        let brain_stats = brain_stats.get(index).cloned().unwrap_or_default();
+        let fleet = fleet.clone();
         let shutdown = shutdown.clone();
         let ready = ready_tx.clone();
         let opts = opts.clone();
@@ -216,6 +225,8 @@ pub fn start_cores(
                             stats,
                             predictor,
                             prediction_stats,
+                            fleet,
+                            brain_stats,
                             shutdown: shutdown.clone(),
                         },
                         opts.seed,

@@ -5,7 +5,7 @@ use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
 use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
-use crate::split::conversation_key;
+use crate::split::{conversation_key, stable_hash64};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;
@@ -525,15 +525,16 @@ async fn prepare(
         }
     };
     // A split model's arm follows the conversation (x-session-id, else `user`, else the request
-    // id), so a conversation stays on one arm.
-    let arm = match &snap.models[model].split {
-        Some(arms) => {
-            let user = find_top_level_string(&body, "user");
-            let key = conversation_key(head.header("x-session-id"), user.as_deref(), request_id);
-            arms.choose(key)
-        }
-        None => 0,
-    };
+    // id), so a conversation stays on one arm; session affinity follows a named conversation.
+    let entry = &snap.models[model];
+    let affinity = entry.brain.session_affinity;
+    let user = (entry.split.is_some() || affinity)
+        .then(|| find_top_level_string(&body, "user"))
+        .flatten();
+    let key = conversation_key(head.header("x-session-id"), user.as_deref(), request_id);
+    let arm = entry.split.as_ref().map_or(0, |arms| arms.choose(key));
+    let session =
+        (affinity && key != request_id.as_bytes()).then(|| stable_hash64(SESSION_SALT, key));
     let rate = snap.settings.decision_sample_rate;
     let sampled = rate > 0.0 && sampled(request_id, rate);
     let endpoint = if head.path() == b"/v1/completions" {
@@ -551,5 +552,9 @@ async fn prepare(
         request_id: request_id.to_string(),
         started,
         deadline,
+        session,
     }))
 }
+
+/// Salt of a conversation's hash in the session table.
+const SESSION_SALT: u64 = 0x5345_5353_494f_4e01;

@@ -9,11 +9,13 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+pub mod brain;
 pub mod core_state;
 pub mod core_stats;
 pub mod cores;
 pub mod doorbell;
 pub mod errors;
+pub mod fleet;
 pub mod http;
 pub mod metrics;
 pub mod observe;

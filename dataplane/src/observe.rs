@@ -5,6 +5,7 @@
 //! the observer thread lags, the item is dropped and counted instead of delaying the request.
 
 use crate::policy::Candidate;
+use crate::predict::PromptFacts;
 use crate::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use inferrail_config::PolicyKind;
@@ -31,6 +32,10 @@ pub struct ShadowJob {
     pub chosen: usize,
     /// The candidates the real policy saw, in the order it saw them.
     pub candidates: Vec<Candidate>,
+    /// The tokenized prompt, when a prediction was made.
+    pub prompt: Option<PromptFacts>,
+    /// The rough prompt length used without one.
+    pub approx_tokens: u32,
 }
 
 /// One routing decision for the decision log.

@@ -2,8 +2,10 @@
 //!
 //! A policy never sees a replica that does not serve the request's model or has no room on this
 //! core; it only orders the ones it is given. Policies do no I/O and read no clock, so tests drive
-//! them with made-up candidates.
+//! them with made-up candidates. The load-based baselines live here; the cache-aware ones, and the
+//! pricing and guards every decision goes through, in [`crate::brain`].
 
+use crate::brain::{self, Pick, RouteInput, Row};
 use crate::rng::Rng;
 use inferrail_config::PolicyKind;
 
@@ -12,8 +14,10 @@ use inferrail_config::PolicyKind;
 pub struct Candidate {
     /// Index of the replica in the snapshot.
     pub replica: usize,
-    /// Requests in flight to it (routed, not finished) from every core: this core's exact count
-    /// plus the others' as of the latest snapshot.
+    /// The replica's registry key (stable across snapshots).
+    pub key: u64,
+    /// Requests in flight to it (routed, not finished) from every core, read from the fleet-wide
+    /// counters at candidate time.
     pub in_flight: u32,
     /// Requests waiting for its response head, counted the same way.
     pub pending: u32,
@@ -23,6 +27,10 @@ pub struct Candidate {
     pub engine: Option<EngineView>,
     /// Prompt tokens predicted to be in the replica's prefix cache, when a prediction was made.
     pub cached_tokens: Option<u32>,
+    /// Prefill the gateway has queued on it that has not drained yet, in seconds.
+    pub queued_prefill_secs: f64,
+    /// Seconds to load its cached tokens from slower tiers (0 until tiers are tracked).
+    pub tier_secs: f64,
 }
 
 impl Candidate {
@@ -53,12 +61,25 @@ pub struct EngineView {
     pub age_micros: u64,
 }
 
-/// A routing policy. `pick` gets a non-empty slice and returns an index into it.
+/// A routing policy. `pick` gets a non-empty slice (and its priced rows, same order) and returns
+/// an index into it.
 pub trait RoutingPolicy {
     /// Which policy this is (for metrics and explanations).
     fn kind(&self) -> PolicyKind;
-    /// Chooses one of `candidates` (never empty).
-    fn pick(&mut self, candidates: &[Candidate], rng: &mut Rng) -> usize;
+    /// Chooses one of `candidates` (never empty). Policies that honor the guards skip rows a
+    /// guard set aside; they may write their score into the rows.
+    fn pick(
+        &mut self,
+        input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick;
+    /// Whether a conversation goes back to its last replica (when affinity is on) before this
+    /// policy is asked.
+    fn honors_sessions(&self) -> bool {
+        true
+    }
 }
 
 /// Cycles through the candidates in replica order.
@@ -72,17 +93,25 @@ impl RoutingPolicy for RoundRobin {
         PolicyKind::RoundRobin
     }
 
-    fn pick(&mut self, candidates: &[Candidate], _rng: &mut Rng) -> usize {
+    fn pick(
+        &mut self,
+        _input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        _rows: &mut [Row],
+        _rng: &mut Rng,
+    ) -> Pick {
         // Rotate over replica indices, not slice positions, so a replica that is skipped for
         // lack of room does not shift the turn of the others.
         let turn = self.next;
         self.next = self.next.wrapping_add(1);
         let max = candidates.iter().map(|c| c.replica).max().unwrap_or(0) + 1;
         let want = turn % max;
-        candidates
-            .iter()
-            .position(|c| c.replica >= want)
-            .unwrap_or(0)
+        Pick::plain(
+            candidates
+                .iter()
+                .position(|c| c.replica >= want)
+                .unwrap_or(0),
+        )
     }
 }
 
@@ -95,8 +124,14 @@ impl RoutingPolicy for Random {
         PolicyKind::Random
     }
 
-    fn pick(&mut self, candidates: &[Candidate], rng: &mut Rng) -> usize {
-        rng.below(candidates.len())
+    fn pick(
+        &mut self,
+        _input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        _rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
+        Pick::plain(rng.below(candidates.len()))
     }
 }
 
@@ -109,16 +144,26 @@ impl RoutingPolicy for LeastRequest {
         PolicyKind::LeastRequest
     }
 
-    fn pick(&mut self, candidates: &[Candidate], rng: &mut Rng) -> usize {
+    fn pick(
+        &mut self,
+        _input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        _rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
         let least = candidates.iter().map(Candidate::load).min().unwrap_or(0);
         let ties = candidates.iter().filter(|c| c.load() == least).count();
         let nth = rng.below(ties);
-        candidates
+        let index = candidates
             .iter()
             .enumerate()
             .filter(|(_, c)| c.load() == least)
             .nth(nth)
-            .map_or(0, |(i, _)| i)
+            .map_or(0, |(i, _)| i);
+        Pick {
+            decided_by: brain::Term::Load,
+            ..Pick::plain(index)
+        }
     }
 }
 
@@ -131,38 +176,71 @@ impl RoutingPolicy for PowerOfTwo {
         PolicyKind::P2c
     }
 
-    fn pick(&mut self, candidates: &[Candidate], rng: &mut Rng) -> usize {
+    fn pick(
+        &mut self,
+        _input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        _rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
         let n = candidates.len();
         if n == 1 {
-            return 0;
+            return Pick::plain(0);
         }
         let a = rng.below(n);
         let b = (a + 1 + rng.below(n - 1)) % n;
         let (la, lb) = (candidates[a].load(), candidates[b].load());
-        if la < lb || (la == lb && rng.next_u64() & 1 == 0) {
+        let index = if la < lb || (la == lb && rng.next_u64() & 1 == 0) {
             a
         } else {
             b
+        };
+        Pick {
+            decided_by: brain::Term::Load,
+            ..Pick::plain(index)
         }
     }
 }
 
-/// The policy object for `kind`, or `None` for a policy this release does not implement.
-pub fn build(kind: PolicyKind) -> Option<Box<dyn RoutingPolicy>> {
+/// The policy object for `kind`.
+pub fn build(kind: PolicyKind) -> Box<dyn RoutingPolicy> {
     match kind {
-        PolicyKind::RoundRobin => Some(Box::new(RoundRobin::default())),
-        PolicyKind::Random => Some(Box::new(Random)),
-        PolicyKind::LeastRequest => Some(Box::new(LeastRequest)),
-        PolicyKind::P2c => Some(Box::new(PowerOfTwo)),
-        PolicyKind::PrefixHash | PolicyKind::KvAware | PolicyKind::CostModel => None,
+        PolicyKind::RoundRobin => Box::new(RoundRobin::default()),
+        PolicyKind::Random => Box::new(Random),
+        PolicyKind::LeastRequest => Box::new(LeastRequest),
+        PolicyKind::P2c => Box::new(PowerOfTwo),
+        PolicyKind::PrefixHash => Box::new(brain::PrefixHash),
+        PolicyKind::KvAware => Box::new(brain::KvAware),
+        PolicyKind::CostModel => Box::new(brain::CostModel),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::brain::BrainParams;
+    use crate::fleet::FleetFacts;
     use crate::rng::Rng;
     use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    /// Asks `p` without a prompt (load-based policies read only the candidates).
+    fn choose(p: &mut dyn RoutingPolicy, c: &[Candidate], rng: &mut Rng) -> usize {
+        static FLEET: OnceLock<FleetFacts> = OnceLock::new();
+        let fleet = FLEET.get_or_init(|| FleetFacts::new(Duration::from_secs(10)));
+        let params = BrainParams::default();
+        let input = RouteInput {
+            prompt: None,
+            approx_tokens: 0,
+            session: None,
+            params: &params,
+            fleet,
+            now_micros: 0,
+        };
+        let mut rows = vec![Row::default(); c.len()];
+        p.pick(&input, c, &mut rows, rng).index
+    }
 
     fn cands(loads: &[u32]) -> Vec<Candidate> {
         loads
@@ -181,11 +259,15 @@ mod tests {
         let mut rr = RoundRobin::default();
         let mut rng = Rng::new(1);
         let c = cands(&[0, 0, 0]);
-        let picks: Vec<usize> = (0..6).map(|_| c[rr.pick(&c, &mut rng)].replica).collect();
+        let picks: Vec<usize> = (0..6)
+            .map(|_| c[choose(&mut rr, &c, &mut rng)].replica)
+            .collect();
         assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
         // Replica 1 has no room: its turns go to the next replica, the others keep theirs.
         let c2 = vec![c[0], c[2]];
-        let picks: Vec<usize> = (0..3).map(|_| c2[rr.pick(&c2, &mut rng)].replica).collect();
+        let picks: Vec<usize> = (0..3)
+            .map(|_| c2[choose(&mut rr, &c2, &mut rng)].replica)
+            .collect();
         assert_eq!(picks, vec![0, 2, 2]);
     }
 
@@ -193,10 +275,10 @@ mod tests {
     fn least_request_prefers_idle_and_spreads_ties() {
         let mut lr = LeastRequest;
         let mut rng = Rng::new(7);
-        assert_eq!(lr.pick(&cands(&[3, 1, 2]), &mut rng), 1);
+        assert_eq!(choose(&mut lr, &cands(&[3, 1, 2]), &mut rng), 1);
         let mut seen = [0; 3];
         for _ in 0..300 {
-            seen[lr.pick(&cands(&[1, 1, 5]), &mut rng)] += 1;
+            seen[choose(&mut lr, &cands(&[1, 1, 5]), &mut rng)] += 1;
         }
         assert!(seen[0] > 100 && seen[1] > 100 && seen[2] == 0, "{seen:?}");
     }
@@ -206,17 +288,15 @@ mod tests {
         let mut p = PowerOfTwo;
         let mut rng = Rng::new(3);
         for _ in 0..200 {
-            assert_eq!(p.pick(&cands(&[9, 0]), &mut rng), 1);
+            assert_eq!(choose(&mut p, &cands(&[9, 0]), &mut rng), 1);
         }
     }
 
     #[test]
-    fn unimplemented_policies_have_no_object() {
-        assert!(build(PolicyKind::CostModel).is_none());
-        assert_eq!(
-            build(PolicyKind::P2c).map(|p| p.kind()),
-            Some(PolicyKind::P2c)
-        );
+    fn every_policy_has_its_object() {
+        for kind in PolicyKind::ALL {
+            assert_eq!(build(kind).kind(), kind);
+        }
     }
 
     #[test]
@@ -230,7 +310,7 @@ mod tests {
         assert_eq!(c[0].load(), 9);
         assert_eq!(c[1].load(), 3);
         let mut rng = Rng::new(1);
-        assert_eq!(LeastRequest.pick(&c, &mut rng), 1);
+        assert_eq!(choose(&mut LeastRequest, &c, &mut rng), 1);
     }
 
     proptest! {
@@ -241,16 +321,16 @@ mod tests {
             which in 0usize..4,
         ) {
             let kinds = [PolicyKind::RoundRobin, PolicyKind::Random, PolicyKind::LeastRequest, PolicyKind::P2c];
-            let mut p = build(kinds[which]).unwrap();
+            let mut p = build(kinds[which]);
             let mut rng = Rng::new(seed);
             let c = cands(&loads);
             for _ in 0..20 {
-                let i = p.pick(&c, &mut rng);
+                let i = choose(p.as_mut(), &c, &mut rng);
                 prop_assert!(i < c.len());
             }
             // least_request agrees with a naive minimum.
             let mut lr = LeastRequest;
-            let i = lr.pick(&c, &mut rng);
+            let i = choose(&mut lr, &c, &mut rng);
             prop_assert_eq!(c[i].in_flight, *loads.iter().min().unwrap());
         }
     }

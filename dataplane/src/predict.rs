@@ -5,6 +5,7 @@
 //! `tokenizer.max_wait` for its tokens: past that, or when the pool's queue is full, it is routed
 //! without a prediction.
 
+use crate::brain::PromptView;
 use inferrail_shards::index::{IndexShards, RecordTicket};
 use inferrail_shards::pool::{Job, WorkerPool};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
@@ -37,6 +38,15 @@ pub struct PromptFacts {
 }
 
 impl PromptFacts {
+    /// The prompt as the brain reads it.
+    pub fn view(&self) -> PromptView<'_> {
+        PromptView {
+            tokens: self.tokens,
+            hashes: &self.hashes,
+            block_size: self.block_size,
+        }
+    }
+
     /// Tokens the engine will find cached when `blocks` leading blocks are in its prefix cache:
     /// never the whole prompt (an engine always computes the last token).
     pub fn cached_tokens(&self, blocks: usize) -> u32 {
@@ -57,21 +67,25 @@ pub struct Predictor {
     pool: WorkerPool,
     index: Arc<IndexShards>,
     max_wait: Duration,
+    inline_max_bytes: usize,
 }
 
 impl Predictor {
     /// A predictor over `models` (by canonical name), a tokenizer pool and the index shards.
+    /// Bodies of at most `inline_max_bytes` bytes are tokenized on the calling core.
     pub fn new(
         models: HashMap<String, ModelPredictor>,
         pool: WorkerPool,
         index: Arc<IndexShards>,
         max_wait: Duration,
+        inline_max_bytes: usize,
     ) -> Predictor {
         Predictor {
             models,
             pool,
             index,
             max_wait,
+            inline_max_bytes,
         }
     }
 
@@ -90,8 +104,9 @@ impl Predictor {
         &self.index
     }
 
-    /// The prompt facts of `body` for `model`, computed on the pool. Returns within
-    /// `tokenizer.max_wait` (plus a timer tick) whatever happens; also the time it took.
+    /// The prompt facts of `body` for `model`, computed on the pool (or on this core when the
+    /// body is at most `tokenizer.inline_max_bytes` long). Returns within `tokenizer.max_wait`
+    /// (plus a timer tick) whatever happens on the pool; also the time it took.
     pub async fn prompt(
         &self,
         model: &str,
@@ -102,6 +117,10 @@ impl Predictor {
         let Some(m) = self.models.get(model) else {
             return (Err("no_tokenizer"), Duration::ZERO);
         };
+        if body.len() <= self.inline_max_bytes {
+            let facts = compute(&m.tokenizer, &m.kwargs, model, m.block_size, endpoint, body);
+            return (facts, started.elapsed());
+        }
         let (tx, rx) = reply_channel::<Result<PromptFacts, NoPrediction>>();
         let tokenizer = m.tokenizer.clone();
         let kwargs = m.kwargs.clone();

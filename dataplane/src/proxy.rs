@@ -1,8 +1,10 @@
 //! Proxying one completion request: choose a replica, send the request, relay the response frame
 //! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
 
+use crate::brain::{self, BrainParams, RouteInput};
 use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
 use crate::errors::AttemptError;
+use crate::fleet::FleetFacts;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::{DecisionRecord, ShadowJob};
@@ -47,6 +49,9 @@ pub struct ProxyRequest {
     pub started: Instant,
     /// When the request must be finished waiting on engines.
     pub deadline: Instant,
+    /// The conversation's hash (`x-session-id`, else `user`), when session affinity is on and
+    /// the request names one.
+    pub session: Option<u64>,
 }
 
 /// Headers copied from the client to the engine: everything except hop-by-hop headers, those
@@ -240,19 +245,31 @@ pub async fn forward(
     let mut last_failure: Option<(AttemptError, usize)> = None;
     let close_client = req.head.close || ctx.shutdown.is_triggered();
     let prediction = Prediction::make(ctx, view, &req).await;
+    let brain_params = &snap.models[req.model].brain;
 
     for attempt in 1..=settings.max_attempts {
-        let mut candidates = view.candidates(req.model, &tried, Instant::now());
+        let now = Instant::now();
+        let fleet_now = ctx.fleet.micros(now);
+        let mut candidates = view.candidates(req.model, &tried, now, fleet_now);
         prediction.annotate(&mut candidates);
         if candidates.is_empty() {
             break;
         }
-        let replica = ctx.with_rng(|rng| view.choose(req.model, req.arm, &candidates, rng));
-        observe_decision(ctx, view, &req, attempt, replica, &candidates);
+        let input = prediction.input(&req, brain_params, &ctx.fleet, fleet_now);
+        let decision =
+            ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng));
+        ctx.brain_stats.decision(
+            view.arm_policy(req.model, req.arm),
+            now.elapsed(),
+            &decision,
+        );
+        let replica = candidates[decision.winner].replica;
+        let prefill_secs = brain::commit(&input, &candidates, &decision);
+        observe_decision(ctx, view, &req, attempt, replica, &candidates, &input);
         let ticket = prediction.record(ctx, view, replica);
         tried.push(replica);
         let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
-        let Some(mut slot) = view.acquire(replica, prompt_tokens) else {
+        let Some(mut slot) = view.acquire(replica, prompt_tokens, prefill_secs, &ctx.fleet) else {
             break;
         };
         if attempt > 1 {
@@ -412,6 +429,24 @@ impl Prediction {
             .map(|(_, c)| *c)
     }
 
+    /// What the brain reads about this request.
+    fn input<'a>(
+        &'a self,
+        req: &ProxyRequest,
+        params: &'a BrainParams,
+        fleet: &'a FleetFacts,
+        now_micros: u64,
+    ) -> RouteInput<'a> {
+        RouteInput {
+            prompt: self.facts.as_ref().map(PromptFacts::view),
+            approx_tokens: u32::try_from(req.body.len() / 4).unwrap_or(u32::MAX),
+            session: req.session,
+            params,
+            fleet,
+            now_micros,
+        }
+    }
+
     /// Puts the predicted cached tokens on each candidate.
     fn annotate(&self, candidates: &mut [Candidate]) {
         for c in candidates {
@@ -459,6 +494,7 @@ fn observe_decision(
     attempt: u32,
     winner: usize,
     candidates: &[Candidate],
+    input: &RouteInput<'_>,
 ) {
     let oldest = candidates
         .iter()
@@ -480,6 +516,12 @@ fn observe_decision(
                     request_id: req.request_id.clone(),
                     chosen: winner,
                     candidates: candidates.to_vec(),
+                    prompt: input.prompt.map(|p| PromptFacts {
+                        tokens: p.tokens,
+                        hashes: p.hashes.into(),
+                        block_size: p.block_size,
+                    }),
+                    approx_tokens: input.approx_tokens,
                 });
             }
         }
@@ -686,6 +728,9 @@ async fn try_replica(
     if up.head_len + used < up.buf.len() {
         upstream_reusable = false; // bytes beyond the response: never reuse
     }
+    if used > 0 || done {
+        slot.first_byte();
+    }
     let mut buf = up.buf;
     let mut first_byte_recorded = false;
     let mut outcome = Outcome::for_status(status);
@@ -767,6 +812,7 @@ async fn try_replica(
             }
             Ok(n) => match relay.step(&buf[..n], &mut out) {
                 Ok((finished, used)) => {
+                    slot.first_byte();
                     done = finished;
                     if used < n {
                         upstream_reusable = false;

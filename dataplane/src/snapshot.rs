@@ -1,6 +1,8 @@
 //! The immutable fleet state every core routes from. The control thread builds one per config
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
+use crate::brain::BrainParams;
+use crate::fleet::FleetReplica;
 use crate::metrics::{MetricsEpoch, MetricsLayout};
 use crate::split::Arms;
 use inferrail_config::{Config, PolicyKind};
@@ -9,18 +11,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Why a config cannot become a snapshot.
+/// Why a config cannot become a snapshot. Every validated config can (every policy is
+/// implemented), so this has no variants; it stays in the signature for future refusals.
 #[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    /// A policy named in config has no implementation in this build.
-    #[error("model {model}: policy {policy} is not implemented in this release")]
-    PolicyNotImplemented {
-        /// The model.
-        model: String,
-        /// The policy name.
-        policy: &'static str,
-    },
-}
+pub enum SnapshotError {}
 
 /// Gateway settings a request needs, copied out of the config.
 #[derive(Debug, Clone)]
@@ -78,6 +72,8 @@ pub struct ModelEntry {
     pub shadow: Arc<[PolicyKind]>,
     /// Indices into [`Snapshot::replicas`] of replicas serving this model.
     pub replicas: Vec<usize>,
+    /// The model's routing settings (guards, cost model, cache-aware policies).
+    pub brain: BrainParams,
 }
 
 impl ModelEntry {
@@ -108,6 +104,8 @@ pub struct ReplicaSpec {
     pub max_pending: u32,
     /// KV cache capacity in blocks from config (else the engine's report, else the index default).
     pub kv_capacity_blocks: Option<u64>,
+    /// Its fleet-wide load counters, shared by every core and kept while the key stays.
+    pub fleet: Arc<FleetReplica>,
 }
 
 /// An engine's own load, from its latest `/metrics` page.
@@ -272,14 +270,6 @@ impl ConfigPart {
                     })
                     .collect()
             };
-            for arm in &arms {
-                if crate::policy::build(arm.policy).is_none() {
-                    return Err(SnapshotError::PolicyNotImplemented {
-                        model: m.name.clone(),
-                        policy: arm.policy.as_str(),
-                    });
-                }
-            }
             let shadow = if m.shadow.is_empty() {
                 &config.routing.shadow
             } else {
@@ -293,12 +283,9 @@ impl ConfigPart {
                 aliases: m.aliases.clone(),
                 arms,
                 split,
-                shadow: shadow
-                    .iter()
-                    .copied()
-                    .filter(|p| crate::policy::build(*p).is_some())
-                    .collect(),
+                shadow: shadow.iter().copied().collect(),
                 replicas: Vec::new(),
+                brain: BrainParams::from_config(&config.routing, Some(m)),
             });
         }
         let s = &config.server;
@@ -427,6 +414,7 @@ impl Snapshot {
                         max_concurrency: r.max_concurrency,
                         max_pending: r.max_pending,
                         kv_capacity_blocks: r.kv_capacity_blocks,
+                        fleet: Arc::new(FleetReplica::new()),
                     },
                     ReplicaLive {
                         routable: true,

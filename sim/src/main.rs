@@ -31,6 +31,11 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --max-model-len N                 prompt plus output tokens at most (default 32768)
   --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
   --zero-latency                    every step free (for gateway overhead benchmarks)
+  --prefill-token-secs A            prefill cost per computed prompt token, the a of
+                                    P(u,c) = a*u + b*u*(c + u/2) + d (default 1e-4)
+  --prefill-pair-secs B             prefill cost per (new token, context token) pair, b
+                                    (default 3.3e-9)
+  --prefill-fixed-secs D            prefill cost paid once per prompt, d (default 5e-3)
   --seed N                          mixed into every request's sampler seed (default 0)
   --tokenizer DIR                   tokenize prompts with this tokenizer (a directory with
                                     tokenizer.json, an org/name in the local HF cache, or
@@ -56,6 +61,14 @@ enum Command {
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
         .map_err(|_| format!("{flag}: not a valid number: {v}"))
+}
+
+/// A latency coefficient in seconds: a finite number >= 0.
+fn secs(flag: &str, v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{flag}: not a number of seconds >= 0: {v}")),
+    }
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
@@ -108,6 +121,13 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 o.long_prefill_token_threshold = num(&flag, &value(&flag)?)?;
             }
             "--seed" => o.seed = num(&flag, &value(&flag)?)?,
+            "--prefill-token-secs" => {
+                o.latency.prefill_token_secs = secs(&flag, &value(&flag)?)?;
+            }
+            "--prefill-pair-secs" => o.latency.prefill_pair_secs = secs(&flag, &value(&flag)?)?,
+            "--prefill-fixed-secs" => {
+                o.latency.prefill_fixed_secs = secs(&flag, &value(&flag)?)?;
+            }
             "--tokenizer" => o.tokenizer = Some(value(&flag)?),
             "--chat-template" => o.chat_template = Some(value(&flag)?),
             "--kv-events-config" => {
@@ -291,6 +311,46 @@ mod tests {
         assert!(run(&["--port", "x"]).is_err());
         assert!(run(&["--max-num-seqs", "x"]).is_err());
         assert!(run(&["--nope"]).is_err());
+    }
+
+    #[test]
+    fn latency_flags() {
+        let Ok(Command::Run(a)) = run(&[]) else {
+            panic!()
+        };
+        assert_eq!(a.latency, inferrail_sim::engine::LatencyModel::default());
+        let Ok(Command::Run(a)) = run(&[
+            "--prefill-token-secs",
+            "2e-4",
+            "--prefill-pair-secs=1e-8",
+            "--prefill-fixed-secs",
+            "0.01",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                a.latency.prefill_token_secs,
+                a.latency.prefill_pair_secs,
+                a.latency.prefill_fixed_secs
+            ),
+            (2e-4, 1e-8, 0.01)
+        );
+        // The decode terms keep their defaults.
+        let d = inferrail_sim::engine::LatencyModel::default();
+        assert_eq!(
+            (a.latency.decode_token_secs, a.latency.decode_seq_secs),
+            (d.decode_token_secs, d.decode_seq_secs)
+        );
+        let Ok(Command::Run(a)) = run(&["--prefill-fixed-secs", "0"]) else {
+            panic!()
+        };
+        assert_eq!(a.latency.prefill_fixed_secs, 0.0);
+        for bad in ["-1e-4", "x", "NaN", "inf", ""] {
+            let e = run(&["--prefill-token-secs", bad]).unwrap_err();
+            assert!(e.contains("--prefill-token-secs"), "{e}");
+        }
+        assert!(run(&["--prefill-pair-secs"]).is_err());
     }
 
     #[test]

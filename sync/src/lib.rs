@@ -3,33 +3,41 @@
 //! This crate owns [`Mailbox`]: a latest-wins slot through which the control thread hands each core
 //! a new immutable snapshot, and the core takes it between requests with one atomic load on the
 //! fast path; [`Doorbell`], the cross-thread wake-up that makes a waiting task look at once (on a
-//! lock-free [`AtomicWaker`]); and [`Reply`], a one-shot answer from a worker thread to a core. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
+//! lock-free [`AtomicWaker`]); [`Reply`], a one-shot answer from a worker thread to a core; and the fleet-wide routing facts every
+//! core shares: [`PrefillQueue`] (a replica's queued prefill), [`SessionTable`] (where each
+//! conversation last went) and [`DemandSketch`] (recent prefill demand per root prefix). It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
 //! builds in seconds. It must never block, spin on another thread, or allocate on the take path.
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
 mod atomic_waker;
+mod demand_sketch;
 mod doorbell;
 mod mailbox;
 mod padded;
+mod prefill_queue;
 mod reply;
+mod session_table;
 
 pub use atomic_waker::AtomicWaker;
+pub use demand_sketch::DemandSketch;
 pub use doorbell::{Doorbell, Rung};
 pub use mailbox::Mailbox;
 pub use padded::CachePadded;
+pub use prefill_queue::PrefillQueue;
 pub use reply::{reply_channel, Reply, ReplySender};
+pub use session_table::SessionTable;
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicBool, AtomicPtr, AtomicUsize},
+    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
     Arc,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicBool, AtomicPtr, AtomicUsize},
+    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
     Arc,
 };
 

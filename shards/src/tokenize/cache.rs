@@ -7,11 +7,11 @@
 //! shard holds at most `budget / 16` tokens; a segment longer than that is never cached. A
 //! cache is private to one model, and the locks are only taken on tokenizer threads.
 
-use std::collections::hash_map::{DefaultHasher, Entry};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3DefaultBuilder};
 
 const SHARDS: usize = 16;
 
@@ -35,7 +35,9 @@ struct Slot {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Arc<str>, Slot>,
+    /// Keyed by segment text, hashed with XXH3 (segments are long: a system prompt is tens of
+    /// kilobytes, and SipHash over it costs more than the rest of a cached lookup).
+    map: HashMap<Arc<str>, Slot, Xxh3DefaultBuilder>,
     ring: VecDeque<Arc<str>>,
     tokens: usize,
 }
@@ -69,9 +71,7 @@ impl SegmentCache {
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(xxh3_64(key.as_bytes()) as usize) % SHARDS]
     }
 
     /// Appends the ids of `segment` to `out`: from the cache, or from `encode(segment)` (then

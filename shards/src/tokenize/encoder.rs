@@ -6,11 +6,17 @@
 //! ids are exactly the library's. Tokenizers whose pre-tokenizer treats the first piece
 //! differently (`Metaspace` with `prepend_scheme: first`) are encoded whole, uncached.
 //! The builtin tokenizer is cut after every newline, always a piece boundary for it.
+//!
+//! Segments of byte-level BPE tokenizers are encoded by [`FastBpe`] (same ids, several times
+//! faster) when the segments are exactly what HF would encode on its own: cut at raw added
+//! tokens by `fast_split`, or the whole text when there are no added tokens. Otherwise, and
+//! for whole-text encodes, the library itself ([`HfEncoder::encode_uncached`]) is used.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::{OffsetReferential, OffsetType, Tokenizer};
 
 use super::cache::SegmentCache;
+use super::fast_bpe::FastBpe;
 use crate::builtin::BuiltinTokenizer;
 
 /// A Hugging Face `tokenizer.json` tokenizer with the segment cache.
@@ -25,6 +31,9 @@ pub struct HfEncoder {
     /// The ids the post-processor puts before and after a single sequence when special
     /// tokens are added, when it is that simple.
     wrap: Option<(Vec<u32>, Vec<u32>)>,
+    /// The fast encoder for segments, when the tokenizer is in its family and segments are
+    /// never re-cut by the library (see the module docs).
+    fast: Option<FastBpe>,
 }
 
 impl std::fmt::Debug for HfEncoder {
@@ -32,6 +41,7 @@ impl std::fmt::Debug for HfEncoder {
         f.debug_struct("HfEncoder")
             .field("segmentable", &self.segmentable)
             .field("wrap", &self.wrap)
+            .field("fast", &self.fast)
             .finish()
     }
 }
@@ -44,8 +54,10 @@ fn find_sub(hay: &[u32], needle: &[u32]) -> Option<usize> {
 }
 
 impl HfEncoder {
-    /// Wraps `tokenizer`; `segmentable` says whether segments may be encoded separately.
-    pub fn new(tokenizer: Tokenizer, segmentable: bool) -> HfEncoder {
+    /// Wraps `tokenizer`; `segmentable` says whether segments may be encoded separately;
+    /// `fast` is [`FastBpe::from_tokenizer_json`] of the same `tokenizer.json` (kept only
+    /// where its segments are the library's, so the ids never change).
+    pub fn new(tokenizer: Tokenizer, segmentable: bool, fast: Option<FastBpe>) -> HfEncoder {
         let ids = |add: bool| {
             tokenizer
                 .encode_fast("a", add)
@@ -56,12 +68,32 @@ impl HfEncoder {
         let wrap = find_sub(&with, &without)
             .map(|pos| (with[..pos].to_vec(), with[pos + without.len()..].to_vec()));
         let fast_split = raw_added_token_matcher(&tokenizer);
+        // With added tokens that the raw cut cannot handle, the library re-cuts each
+        // segment after normalizing: only its own pipeline is exact there.
+        let fast = fast
+            .filter(|_| fast_split.is_some() || tokenizer.get_added_tokens_decoder().is_empty());
         HfEncoder {
             tokenizer,
             fast_split,
             segmentable,
             wrap,
+            fast,
         }
+    }
+
+    /// Whether segments are encoded by [`FastBpe`] rather than the library.
+    #[cfg(test)]
+    pub fn uses_fast_bpe(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// `encode_uncached(segment, false)`'s ids for text containing no added token: from
+    /// [`FastBpe`] when present, else from the library.
+    fn encode_segment(&self, segment: &str) -> Vec<u32> {
+        self.fast
+            .as_ref()
+            .and_then(|f| f.encode(segment))
+            .unwrap_or_else(|| self.encode_uncached(segment, false))
     }
 
     /// `tokenizer.encode(text, add_special_tokens)` ids, without the cache. Empty if the
@@ -93,14 +125,14 @@ impl HfEncoder {
             for m in matcher.find_iter(text) {
                 let seg = &text[at..m.start()];
                 if !seg.is_empty() {
-                    cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+                    cache.extend_with(seg, &mut out, |s| self.encode_segment(s));
                 }
                 out.push(ids[m.pattern().as_usize()]);
                 at = m.end();
             }
             let seg = &text[at..];
             if !seg.is_empty() {
-                cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+                cache.extend_with(seg, &mut out, |s| self.encode_segment(s));
             }
             if let Some((_, post)) = wrap {
                 out.extend_from_slice(post);
@@ -121,7 +153,7 @@ impl HfEncoder {
                         return self.encode_uncached(text, add_special_tokens);
                     };
                     if !seg.is_empty() {
-                        cache.extend_with(seg, &mut out, |s| self.encode_uncached(s, false));
+                        cache.extend_with(seg, &mut out, |s| self.encode_segment(s));
                     }
                 }
             }

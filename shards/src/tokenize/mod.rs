@@ -34,6 +34,7 @@ mod chat;
 mod content_format;
 mod encoder;
 mod error;
+mod fast_bpe;
 mod json;
 mod source;
 mod template;
@@ -298,7 +299,11 @@ impl ModelTokenizer {
             .filter(|&n| n > 0 && n <= 1 << 32)
             .and_then(|n| usize::try_from(n).ok());
         Ok(ModelTokenizer {
-            kind: Kind::Hf(Box::new(HfEncoder::new(tokenizer, segmentable))),
+            kind: Kind::Hf(Box::new(HfEncoder::new(
+                tokenizer,
+                segmentable,
+                fast_bpe::FastBpe::from_tokenizer_json(&tok_json),
+            ))),
             template,
             format,
             mentions_developer,

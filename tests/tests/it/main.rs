@@ -1,7 +1,9 @@
 //! Integration tests: real gateways and in-process engines on 127.0.0.1.
 
 mod bodies;
+mod brain_fleet;
 mod breakers;
+mod calibrate;
 mod cli;
 mod disconnect;
 mod errors;

@@ -12,7 +12,8 @@ const BLOCK: usize = 16;
 /// the prompts below need together.
 const KV_BLOCKS: usize = 48;
 
-fn fleet() -> (Vec<SimServer>, TestGateway) {
+/// Three simulators behind a gateway; `inline_max_bytes` as in `tokenizer.inline_max_bytes`.
+fn fleet(inline_max_bytes: usize) -> (Vec<SimServer>, TestGateway) {
     let sims: Vec<SimServer> = (0..3)
         .map(|seed| {
             SimServer::start(SimOptions {
@@ -30,7 +31,7 @@ fn fleet() -> (Vec<SimServer>, TestGateway) {
     let mut yaml = format!(
         "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 2\n\
          models:\n  - name: {MODEL}\n    policy: p2c\n    tokenizer: builtin:sim\n    block_size: {BLOCK}\n\
-         routing:\n  seed: 11\ntokenizer:\n  max_wait: 2s\nreplicas:\n"
+         routing:\n  seed: 11\ntokenizer:\n  max_wait: 2s\n  inline_max_bytes: {inline_max_bytes}\nreplicas:\n"
     );
     for (i, s) in sims.iter().enumerate() {
         yaml.push_str(&format!(
@@ -101,7 +102,17 @@ fn usage(text: &str, streamed: bool) -> Value {
 
 #[test]
 fn predicted_cached_tokens_equal_what_the_simulators_cached() {
-    let (_sims, gw) = fleet();
+    predictions_match_the_engines(0, 330);
+}
+
+/// The same workload with every body tokenized on the data cores instead of the pool.
+#[test]
+fn inline_tokenization_predicts_exactly_too() {
+    predictions_match_the_engines(1 << 20, 330);
+}
+
+fn predictions_match_the_engines(inline_max_bytes: usize, requests: usize) {
+    let (_sims, gw) = fleet(inline_max_bytes);
     let mut rng = Lcg(0x5eed);
     let systems: Vec<String> = (0..6)
         .map(|_| {
@@ -114,7 +125,7 @@ fn predicted_cached_tokens_equal_what_the_simulators_cached() {
     let mut checked = 0;
     let mut hits = 0;
     let mut mismatches = Vec::new();
-    for i in 0..330 {
+    for i in 0..requests {
         let streamed = i % 2 == 1;
         let kind = rng.below(3);
         let (endpoint, mut body) = match kind {
@@ -227,7 +238,7 @@ fn predicted_cached_tokens_equal_what_the_simulators_cached() {
     let text = gw.metrics();
     let sent = metric(&text, "inferrail_prompt_tokens_total").unwrap_or(0.0);
     assert!(
-        sent > (3 * KV_BLOCKS * BLOCK * 10) as f64,
+        sent > (3 * KV_BLOCKS * BLOCK * (requests / 33)) as f64,
         "{sent} prompt tokens"
     );
     assert_eq!(

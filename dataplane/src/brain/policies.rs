@@ -1,0 +1,226 @@
+//! The cache-aware policies. Each orders the candidates its own way and reports what decided.
+
+use super::{fold, rendezvous, Pick, RouteInput, Row, Steering, Term};
+use crate::policy::{Candidate, PowerOfTwo, RoutingPolicy};
+use crate::rng::Rng;
+use inferrail_config::PolicyKind;
+
+/// The `count` candidates (indices) with the highest rendezvous weight for `key`.
+pub fn top_by_rendezvous(key: u64, candidates: &[Candidate], count: usize) -> Vec<usize> {
+    let mut order: Vec<(u64, usize)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (rendezvous(key, c.key), i))
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    order.into_iter().take(count).map(|(_, i)| i).collect()
+}
+
+/// Among the rows no guard set aside, the best by `better` (a strict "is better than"); equal
+/// ones go to fewer in flight, then to chance. Falls back to every row when all were set aside
+/// (cannot happen with the guards' guarantees, but a policy must always answer).
+fn best_of(
+    candidates: &[Candidate],
+    rows: &[Row],
+    rng: &mut Rng,
+    better: impl Fn(&Row, &Row) -> bool,
+) -> (usize, Option<usize>) {
+    let open: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].set_aside.is_none())
+        .collect();
+    let pool: Vec<usize> = if open.is_empty() {
+        (0..rows.len()).collect()
+    } else {
+        open
+    };
+    let mut best: Vec<usize> = Vec::with_capacity(2);
+    for &i in &pool {
+        match best.first() {
+            None => best.push(i),
+            Some(&b) if better(&rows[i], &rows[b]) => {
+                best.clear();
+                best.push(i);
+            }
+            Some(&b) if !better(&rows[b], &rows[i]) => best.push(i),
+            Some(_) => {}
+        }
+    }
+    let fewest = best
+        .iter()
+        .map(|&i| candidates[i].in_flight)
+        .min()
+        .unwrap_or(0);
+    best.retain(|&i| candidates[i].in_flight == fewest);
+    let winner = best[rng.below(best.len())];
+    let runner_up = pool
+        .iter()
+        .copied()
+        .filter(|&i| i != winner)
+        .fold(None::<usize>, |acc, i| match acc {
+            Some(a) if !better(&rows[i], &rows[a]) => Some(a),
+            _ => Some(i),
+        });
+    (winner, runner_up)
+}
+
+/// `cost_model`: the lowest estimated time to first token, `W + P(u, c) + X`, among the
+/// candidates the guards allow.
+#[derive(Debug, Default)]
+pub struct CostModel;
+
+impl RoutingPolicy for CostModel {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::CostModel
+    }
+
+    fn pick(
+        &mut self,
+        input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
+        for r in rows.iter_mut() {
+            r.score = r.estimate.total();
+        }
+        let (winner, runner_up) = best_of(candidates, rows, rng, |a, b| {
+            a.estimate.total() < b.estimate.total()
+        });
+        let w = rows[winner];
+        let decided_by = match runner_up {
+            None => Term::OnlyChoice,
+            Some(r) if rows[r].estimate.total() == w.estimate.total() => Term::TieBreak,
+            Some(r) => {
+                let o = rows[r].estimate;
+                let gains = [
+                    (o.queue - w.estimate.queue, Term::Queue),
+                    (o.prefill - w.estimate.prefill, Term::Prefill),
+                    (o.tier - w.estimate.tier, Term::Tier),
+                ];
+                gains
+                    .iter()
+                    .fold(gains[0], |a, g| if g.0 > a.0 { *g } else { a })
+                    .1
+            }
+        };
+        let steering = if w.hot_owner && w.priced_cached > w.cached_tokens {
+            Steering::HotPrefix
+        } else if input.prompt.is_none() {
+            Steering::NoPrediction
+        } else {
+            Steering::Policy
+        };
+        Pick {
+            index: winner,
+            steering,
+            decided_by,
+        }
+    }
+}
+
+/// `kv_aware`: the best `cache_weight * cached/prompt - load_weight * in_flight/busiest` among
+/// the candidates the guards allow.
+#[derive(Debug, Default)]
+pub struct KvAware;
+
+impl RoutingPolicy for KvAware {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::KvAware
+    }
+
+    fn pick(
+        &mut self,
+        input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
+        let p = input.params;
+        let tokens = f64::from(input.prompt_tokens().max(1));
+        let busiest = f64::from(
+            candidates
+                .iter()
+                .map(|c| c.in_flight)
+                .max()
+                .unwrap_or(0)
+                .max(1),
+        );
+        let cache = |r: &Row| p.cache_weight * f64::from(r.cached_tokens) / tokens;
+        let load = |c: &Candidate| p.load_weight * f64::from(c.in_flight) / busiest;
+        for (r, c) in rows.iter_mut().zip(candidates) {
+            r.score = cache(r) - load(c);
+        }
+        let (winner, runner_up) = best_of(candidates, rows, rng, |a, b| a.score > b.score);
+        let decided_by = match runner_up {
+            None => Term::OnlyChoice,
+            Some(r) if rows[r].score == rows[winner].score => Term::TieBreak,
+            Some(r) => {
+                let by_cache = cache(&rows[winner]) - cache(&rows[r]);
+                let by_load = load(&candidates[r]) - load(&candidates[winner]);
+                if by_cache >= by_load {
+                    Term::Cache
+                } else {
+                    Term::Load
+                }
+            }
+        };
+        Pick {
+            index: winner,
+            steering: if input.prompt.is_none() {
+                Steering::NoPrediction
+            } else {
+                Steering::Policy
+            },
+            decided_by,
+        }
+    }
+}
+
+/// `prefix_hash`: rendezvous hashing on the prompt's first `prefix_hash.blocks` blocks, whatever
+/// the load; power of two choices for prompts without a full block.
+#[derive(Debug, Default)]
+pub struct PrefixHash;
+
+impl RoutingPolicy for PrefixHash {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::PrefixHash
+    }
+
+    fn honors_sessions(&self) -> bool {
+        false
+    }
+
+    fn pick(
+        &mut self,
+        input: &RouteInput<'_>,
+        candidates: &[Candidate],
+        rows: &mut [Row],
+        rng: &mut Rng,
+    ) -> Pick {
+        let key = input.prompt.and_then(|p| {
+            let n = (input.params.prefix_blocks as usize).min(p.hashes.len());
+            n.checked_sub(1).map(|last| fold(p.hashes[last]))
+        });
+        let Some(key) = key else {
+            let mut p2c = PowerOfTwo;
+            let index = p2c.pick(input, candidates, rows, rng).index;
+            return Pick {
+                index,
+                steering: Steering::NoPrefix,
+                decided_by: Term::Load,
+            };
+        };
+        for (r, c) in rows.iter_mut().zip(candidates) {
+            r.score = rendezvous(key, c.key) as f64;
+        }
+        let index = top_by_rendezvous(key, candidates, 1)
+            .first()
+            .copied()
+            .unwrap_or(0);
+        Pick {
+            index,
+            steering: Steering::Policy,
+            decided_by: Term::Hash,
+        }
+    }
+}
