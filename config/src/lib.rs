@@ -354,7 +354,7 @@ mod tests {
 
     /// The product spec's example decodes in full; only policies of later releases are refused.
     #[test]
-    fn spec_shape_decodes_and_only_unimplemented_policies_are_refused() {
+    fn the_spec_shape_decodes_with_every_policy() {
         let spec = "\
 server:
   listen: 0.0.0.0:8080
@@ -411,24 +411,10 @@ observability:
   shadow_log: /var/log/inferrail/shadow.jsonl
 logging: {log_prompts: false}
 ";
-        let not_implemented = |name: &str| {
-            format!(
-                "policy \"{name}\" is not implemented in this release; available: round_robin, random, least_request, p2c"
-            )
-        };
-        assert_eq!(
-            errs(spec),
-            [
-                format!("routing.default_policy: {}", not_implemented("cost_model")),
-                format!("models[0].policy: {}", not_implemented("cost_model")),
-                format!("routing.split.kv_aware: {}", not_implemented("kv_aware")),
-                format!(
-                    "routing.split.cost_model: {}",
-                    not_implemented("cost_model")
-                ),
-            ]
-        );
-        // With implemented policies, every value lands where it belongs.
+        let config = ok(spec);
+        assert_eq!(config.routing.default_policy, PolicyKind::CostModel);
+        assert_eq!(config.routing.split[&PolicyKind::KvAware], 10);
+        // Other policies land where they belong too.
         let spec = spec
             .replace("policy: cost_model", "policy: p2c")
             .replace("{cost_model: 90, kv_aware: 10}", "{p2c: 90, random: 10}");
@@ -565,15 +551,6 @@ replicas:
             assert_eq!(PolicyKind::from_name(kind.as_str()), Some(kind));
             assert_eq!(kind.to_string(), kind.as_str());
         }
-        let implemented: Vec<&str> = PolicyKind::ALL
-            .iter()
-            .filter(|k| k.is_implemented())
-            .map(PolicyKind::as_str)
-            .collect();
-        assert_eq!(
-            implemented,
-            ["round_robin", "random", "least_request", "p2c"]
-        );
         assert_eq!(Count::Fixed(3).resolve(8), 3);
         assert_eq!(Count::Auto.resolve(8), 8);
     }

@@ -228,17 +228,6 @@ impl PolicyKind {
     pub fn from_name(name: &str) -> Option<PolicyKind> {
         PolicyKind::ALL.into_iter().find(|k| k.as_str() == name)
     }
-
-    /// Whether this release implements it: round_robin, random, least_request and p2c.
-    pub fn is_implemented(&self) -> bool {
-        matches!(
-            self,
-            PolicyKind::RoundRobin
-                | PolicyKind::Random
-                | PolicyKind::LeastRequest
-                | PolicyKind::P2c
-        )
-    }
 }
 
 impl fmt::Display for PolicyKind {

@@ -221,34 +221,18 @@ impl Validator<'_> {
         }
     }
 
-    /// Every policy named anywhere is implemented in this release, and no shadow list names a
-    /// policy twice. Per-model settings are checked right after the model's `policy`.
+    /// No shadow list names a policy twice (the model's own first, then `routing.shadow`).
     fn policies(&mut self) {
         let config = self.config;
         let routing = &config.routing;
-        if self.decoded("routing.default_policy") {
-            self.implemented("routing.default_policy".to_string(), routing.default_policy);
-        }
         for (i, model) in config.models.iter().enumerate() {
             let base = index("models", i);
-            if let Some(policy) = model.policy {
-                self.implemented(join(&base, "policy"), policy);
-            }
-            self.split_policies(&join(&base, "split"), &model.split);
             self.shadow_policies(&join(&base, "shadow"), &model.shadow);
         }
-        self.split_policies("routing.split", &routing.split);
         self.shadow_policies("routing.shadow", &routing.shadow);
     }
 
-    /// Every policy of the split at `path` is implemented.
-    fn split_policies(&mut self, path: &str, split: &BTreeMap<PolicyKind, u32>) {
-        for policy in split.keys() {
-            self.implemented(join(path, policy.as_str()), *policy);
-        }
-    }
-
-    /// Every policy of the shadow list at `path` is implemented and listed once.
+    /// Every policy of the shadow list at `path` is listed once.
     fn shadow_policies(&mut self, path: &str, shadow: &[PolicyKind]) {
         for (j, policy) in shadow.iter().enumerate() {
             let item = index(path, j);
@@ -257,27 +241,8 @@ impl Validator<'_> {
                     item,
                     format!("policy {:?} is listed twice", policy.as_str()),
                 );
-            } else {
-                self.implemented(item, *policy);
             }
         }
-    }
-
-    fn implemented(&mut self, path: String, policy: PolicyKind) {
-        if policy.is_implemented() {
-            return;
-        }
-        let available: Vec<&str> = PolicyKind::ALL
-            .iter()
-            .filter(|p| p.is_implemented())
-            .map(PolicyKind::as_str)
-            .collect();
-        let message = format!(
-            "policy {:?} is not implemented in this release; available: {}",
-            policy.as_str(),
-            available.join(", ")
-        );
-        self.problem(path, message);
     }
 
     /// `routing.split` and every `models[i].split` add up to 100 (when not empty).
@@ -351,9 +316,6 @@ impl Validator<'_> {
 #[cfg(test)]
 mod tests {
     use crate::testing::{errs, minimal_with, ok, one_err};
-
-    const NOT_IMPLEMENTED: &str =
-        "is not implemented in this release; available: round_robin, random, least_request, p2c";
 
     #[test]
     fn model_names_are_unique() {
@@ -441,8 +403,8 @@ discovery:
     }
 
     #[test]
-    fn unimplemented_policies_are_refused_wherever_they_are_named() {
-        let text = "\
+    fn every_policy_may_be_named_anywhere() {
+        ok("\
 models:
   - {name: m, policy: kv_aware}
   - {name: n, policy: p2c}
@@ -451,16 +413,7 @@ routing:
   default_policy: prefix_hash
   split: {cost_model: 50, random: 50}
   shadow: [round_robin, cost_model]
-";
-        assert_eq!(
-            errs(text),
-            [
-                format!("routing.default_policy: policy \"prefix_hash\" {NOT_IMPLEMENTED}"),
-                format!("models[0].policy: policy \"kv_aware\" {NOT_IMPLEMENTED}"),
-                format!("routing.split.cost_model: policy \"cost_model\" {NOT_IMPLEMENTED}"),
-                format!("routing.shadow[1]: policy \"cost_model\" {NOT_IMPLEMENTED}"),
-            ]
-        );
+");
     }
 
     #[test]
@@ -494,8 +447,6 @@ routing:
                 "models:\n  - {{name: m, policy: p2c, split: {{kv_aware: 50, random: 50}}, shadow: [p2c, cost_model, p2c]}}\n  - {{name: n, split: {{p2c: 60, random: 30}}}}\n{fleet}routing: {{split: {{p2c: 50, random: 40}}}}\n"
             )),
             [
-                format!("models[0].split.kv_aware: policy \"kv_aware\" {NOT_IMPLEMENTED}"),
-                format!("models[0].shadow[1]: policy \"cost_model\" {NOT_IMPLEMENTED}"),
                 "models[0].shadow[2]: policy \"p2c\" is listed twice".to_string(),
                 "routing.split: percentages must add up to 100 (got 90)".to_string(),
                 "models[1].split: percentages must add up to 100 (got 90)".to_string(),

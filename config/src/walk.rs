@@ -403,7 +403,7 @@ impl Decoder {
         None
     }
 
-    /// A policy name. Unimplemented policies are accepted here and reported by `validate`.
+    /// A policy name.
     pub(crate) fn policy(&mut self, path: &str, v: &Value) -> Option<PolicyKind> {
         let found = v.as_str().and_then(PolicyKind::from_name);
         if found.is_none() {

@@ -228,6 +228,18 @@ fn route(
                 AdminResponse::method_not_allowed(b"POST")
             }
         }
+        b"/admin/explain/v1/chat/completions" | b"/admin/explain/v1/completions" => {
+            if head.method == Method::Post {
+                let endpoint = if path == b"/admin/explain/v1/completions" {
+                    Endpoint::Completion
+                } else {
+                    Endpoint::Chat
+                };
+                crate::explain::explain(&ctl.borrow(), head, endpoint, body)
+            } else {
+                AdminResponse::method_not_allowed(b"POST")
+            }
+        }
         b"/admin/reload" => {
             if head.method == Method::Post {
                 admin_api::reload(&mut ctl.borrow_mut(), started)

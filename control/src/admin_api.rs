@@ -3,12 +3,17 @@
 
 use crate::admin::AdminResponse;
 use crate::control_metrics::{
-    self, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
+    self, BrainView, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
 };
 use crate::controller::{Controller, ScrapeState};
 use crate::fleet_health::ReplicaHealth;
 use crate::live_config::Refusal;
-use inferrail_dataplane::core_stats::{RESULT_LABELS, TOKENIZE_BUCKETS};
+use inferrail_config::PolicyKind;
+use inferrail_dataplane::brain::{Guard, Steering};
+use inferrail_dataplane::core_stats::{
+    DECISION_BUCKETS, ESTIMATE_BUCKETS, RESULT_LABELS, TOKENIZE_BUCKETS,
+};
+use inferrail_dataplane::Snapshot;
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::json_field::find_top_level_string;
@@ -200,6 +205,49 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
         reports_dropped: ctl.observers.reports_dropped(),
         report_age_max_seconds: ctl.observers.report_age_max().as_secs_f64(),
         prediction: prediction_view(ctl),
+        brain: brain_view(ctl),
+    }
+}
+
+/// Routing-brain counters summed over the cores.
+fn brain_view(ctl: &Controller) -> BrainView {
+    let stats = &ctl.observers.brain_stats;
+    let mut estimate = vec![0u64; ESTIMATE_BUCKETS.len() + 1];
+    let mut micros = 0u64;
+    let mut guards = [0u64; Guard::ALL.len()];
+    let mut steering = [0u64; Steering::ALL.len()];
+    let mut decisions: Vec<(&'static str, Vec<u64>, u64)> = PolicyKind::ALL
+        .iter()
+        .map(|p| (p.as_str(), vec![0u64; DECISION_BUCKETS.len() + 1], 0u64))
+        .collect();
+    for s in stats {
+        let (b, m) = s.estimate_histogram();
+        add_into(&mut estimate, &b);
+        micros += m;
+        add_into(&mut guards, &s.guards());
+        add_into(&mut steering, &s.steering());
+        for (p, (_, buckets, nanos)) in decisions.iter_mut().enumerate() {
+            let (b, n) = s.decision_histogram(p);
+            add_into(buckets, &b);
+            *nanos += n;
+        }
+    }
+    decisions.retain(|(_, b, _)| b.iter().any(|n| *n > 0));
+    BrainView {
+        estimate: (estimate, micros),
+        guards: Guard::ALL.iter().map(|g| g.as_str()).zip(guards).collect(),
+        steering: Steering::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .zip(steering)
+            .collect(),
+        decisions,
+    }
+}
+
+fn add_into(total: &mut [u64], more: &[u64]) {
+    for (t, n) in total.iter_mut().zip(more) {
+        *t += n;
     }
 }
 
@@ -298,25 +346,32 @@ pub fn index(ctl: &Controller) -> Value {
     })
 }
 
+/// The snapshot index of the model a client body names (or the only model), else the OpenAI
+/// error to answer.
+pub fn model_of(snap: &Snapshot, body: &[u8]) -> Result<usize, AdminResponse> {
+    match find_model(body) {
+        Ok(ModelField::Present { name, .. }) => snap.model_index(&name).ok_or_else(|| {
+            AdminResponse::error(
+                ErrorKind::NotFound,
+                &format!("The model `{name}` does not exist."),
+            )
+        }),
+        Ok(ModelField::Absent { .. }) if snap.models.len() == 1 => Ok(0),
+        Ok(ModelField::Absent { .. }) => Err(AdminResponse::error(
+            ErrorKind::BadRequest,
+            "`model` is required",
+        )),
+        Err(e) => Err(AdminResponse::error(ErrorKind::BadRequest, &e.to_string())),
+    }
+}
+
 /// POST /admin/tokenize/v1/chat/completions (or /v1/completions): the token ids and block hashes
 /// the gateway computes for a client request, as vLLM's /tokenize answers. Nothing is routed.
 pub fn tokenize(ctl: &Controller, endpoint: Endpoint, body: &[u8]) -> AdminResponse {
     let snap = ctl.current();
-    let model = match find_model(body) {
-        Ok(ModelField::Present { name, .. }) => match snap.model_index(&name) {
-            Some(m) => snap.models[m].name.clone(),
-            None => {
-                return AdminResponse::error(
-                    ErrorKind::NotFound,
-                    &format!("The model `{name}` does not exist."),
-                )
-            }
-        },
-        Ok(ModelField::Absent { .. }) if snap.models.len() == 1 => snap.models[0].name.clone(),
-        Ok(ModelField::Absent { .. }) => {
-            return AdminResponse::error(ErrorKind::BadRequest, "`model` is required")
-        }
-        Err(e) => return AdminResponse::error(ErrorKind::BadRequest, &e.to_string()),
+    let model = match model_of(snap, body) {
+        Ok(m) => snap.models[m].name.clone(),
+        Err(refusal) => return refusal,
     };
     let Some(m) = ctl
         .observers

@@ -2,7 +2,7 @@
 //! scrapes, ejections, policy shares, shadow agreement, dropped records), rendered as Prometheus
 //! text from a plain view so the page can be tested byte for byte.
 
-use inferrail_dataplane::core_stats::TOKENIZE_BUCKETS;
+use inferrail_dataplane::core_stats::{DECISION_BUCKETS, ESTIMATE_BUCKETS, TOKENIZE_BUCKETS};
 use inferrail_dataplane::metrics::label_value as label;
 use std::fmt::Write as _;
 
@@ -87,6 +87,20 @@ pub struct PredictionView {
     pub index: Vec<IndexRow>,
 }
 
+/// Routing-brain counters, summed over the data cores.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BrainView {
+    /// Estimated-TTFT buckets of the chosen replicas (`ESTIMATE_BUCKETS`, then +Inf) and the
+    /// sum in microseconds.
+    pub estimate: (Vec<u64>, u64),
+    /// Candidates set aside, by guard label.
+    pub guards: Vec<(&'static str, u64)>,
+    /// Decisions by steering reason.
+    pub steering: Vec<(&'static str, u64)>,
+    /// Decision time per policy: (policy, buckets (`DECISION_BUCKETS`, then +Inf), sum in ns).
+    pub decisions: Vec<(&'static str, Vec<u64>, u64)>,
+}
+
 /// Everything the control families show.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ControlView {
@@ -114,6 +128,8 @@ pub struct ControlView {
     pub report_age_max_seconds: f64,
     /// Tokenization, predictions and the index.
     pub prediction: PredictionView,
+    /// The routing brain's counters.
+    pub brain: BrainView,
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -348,7 +364,100 @@ pub fn render(view: &ControlView) -> String {
         view.reports_dropped
     );
     render_prediction(&mut out, &view.prediction);
+    render_brain(&mut out, &view.brain);
     out
+}
+
+/// Writes the buckets, sum and count of one histogram series (`labels` is empty or a
+/// `key="value"` list without braces).
+fn histogram_series(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds: &[f64],
+    buckets: &[u64],
+    sum_secs: f64,
+) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0u64;
+    for (i, le) in bounds.iter().enumerate() {
+        cumulative += buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
+        );
+    }
+    cumulative += buckets.get(bounds.len()).copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+    );
+    let braces = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            format!("{{{s}}}")
+        }
+    };
+    let _ = writeln!(out, "{name}_sum{} {sum_secs}", braces(labels));
+    let _ = writeln!(out, "{name}_count{} {cumulative}", braces(labels));
+}
+
+fn render_brain(out: &mut String, b: &BrainView) {
+    family(
+        out,
+        "inferrail_routing_estimated_ttft_seconds",
+        "histogram",
+        "The cost model's estimated time to first token of the replica each request went to.",
+    );
+    histogram_series(
+        out,
+        "inferrail_routing_estimated_ttft_seconds",
+        "",
+        &ESTIMATE_BUCKETS,
+        &b.estimate.0,
+        b.estimate.1 as f64 / 1e6,
+    );
+    family(
+        out,
+        "inferrail_routing_guard_set_aside_total",
+        "counter",
+        "Candidates a load guard set aside (bounded_load, kv_pressure).",
+    );
+    for (guard, n) in &b.guards {
+        let _ = writeln!(
+            out,
+            "inferrail_routing_guard_set_aside_total{{guard=\"{guard}\"}} {n}"
+        );
+    }
+    family(
+        out,
+        "inferrail_routing_steering_total",
+        "counter",
+        "Routing decisions by what steered them (policy, session, hot_prefix, no_prefix, no_prediction).",
+    );
+    for (reason, n) in &b.steering {
+        let _ = writeln!(
+            out,
+            "inferrail_routing_steering_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        out,
+        "inferrail_routing_decision_seconds",
+        "histogram",
+        "Time to price the candidates and decide, per policy.",
+    );
+    for (policy, buckets, nanos) in &b.decisions {
+        histogram_series(
+            out,
+            "inferrail_routing_decision_seconds",
+            &format!("policy=\"{policy}\""),
+            &DECISION_BUCKETS,
+            buckets,
+            *nanos as f64 / 1e9,
+        );
+    }
 }
 
 fn render_prediction(out: &mut String, p: &PredictionView) {
@@ -368,25 +477,14 @@ fn render_prediction(out: &mut String, p: &PredictionView) {
         "Time to tokenize and hash a prompt on the tokenizer pool, queueing included.",
     );
     let (buckets, micros) = &p.tokenize;
-    let mut cumulative = 0u64;
-    for (i, le) in TOKENIZE_BUCKETS.iter().enumerate() {
-        cumulative += buckets.get(i).copied().unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "inferrail_tokenize_seconds_bucket{{le=\"{le}\"}} {cumulative}"
-        );
-    }
-    cumulative += buckets.get(TOKENIZE_BUCKETS.len()).copied().unwrap_or(0);
-    let _ = writeln!(
+    histogram_series(
         out,
-        "inferrail_tokenize_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
+        "inferrail_tokenize_seconds",
+        "",
+        &TOKENIZE_BUCKETS,
+        buckets,
+        *micros as f64 / 1e6,
     );
-    let _ = writeln!(
-        out,
-        "inferrail_tokenize_seconds_sum {}",
-        *micros as f64 / 1e6
-    );
-    let _ = writeln!(out, "inferrail_tokenize_seconds_count {cumulative}");
     family(
         out,
         "inferrail_prompt_tokens_total",
@@ -523,6 +621,22 @@ mod tests {
                     capacity: 16384,
                     resets: 1,
                 }],
+            },
+            brain: BrainView {
+                estimate: (vec![0, 4, 20, 30, 10, 3, 1, 0, 0, 0, 0, 0, 2], 4_250_000),
+                guards: vec![("bounded_load", 12), ("kv_pressure", 1)],
+                steering: vec![
+                    ("policy", 60),
+                    ("session", 7),
+                    ("hot_prefix", 3),
+                    ("no_prefix", 0),
+                    ("no_prediction", 0),
+                ],
+                decisions: vec![(
+                    "cost_model",
+                    vec![0, 10, 40, 15, 5, 0, 0, 0, 0, 0, 0],
+                    420_000,
+                )],
             },
         };
         let text = render(&view);

@@ -20,6 +20,7 @@ pub mod decision_log;
 pub mod demo;
 pub mod discovery;
 pub mod engine_load;
+pub mod explain;
 pub mod fleet_health;
 pub mod gateway;
 mod jsonl;

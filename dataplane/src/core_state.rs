@@ -11,7 +11,8 @@ use crate::doorbell::Doorbell;
 use crate::fleet::{FleetFacts, FleetReplica};
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
-use crate::policy::{self, Candidate, EngineView, RoutingPolicy};
+use crate::offers;
+use crate::policy::{self, Candidate, RoutingPolicy};
 use crate::pool::IdlePool;
 use crate::predict::Predictor;
 use crate::reports::{ReplicaReport, ReportQueue};
@@ -254,26 +255,15 @@ impl CoreView {
                     return None;
                 }
                 let others = entry.others(self.core);
-                let engine = entry.live.report.and_then(|rep| {
-                    let age = now.saturating_duration_since(rep.received);
-                    (age <= max_age).then_some(EngineView {
-                        running: rep.running,
-                        waiting: rep.waiting,
-                        kv_cache_usage: rep.kv_cache_usage,
-                        age_micros: age.as_micros().min(u128::from(u64::MAX)) as u64,
-                    })
-                });
-                Some(Candidate {
-                    replica: i,
-                    key: entry.spec.key,
-                    in_flight: entry.spec.fleet.in_flight(),
-                    pending: r.pending.get().saturating_add(others.pending),
-                    prompt_tokens: r.prompt_tokens.get().saturating_add(others.prompt_tokens),
-                    engine,
-                    cached_tokens: None,
-                    queued_prefill_secs: entry.spec.fleet.queued_prefill_secs(fleet_now),
-                    tier_secs: 0.0,
-                })
+                Some(offers::candidate(
+                    i,
+                    entry,
+                    r.pending.get().saturating_add(others.pending),
+                    r.prompt_tokens.get().saturating_add(others.prompt_tokens),
+                    now,
+                    max_age,
+                    fleet_now,
+                ))
             })
             .collect();
         if candidates.iter().any(|c| !tried.contains(&c.replica)) {
@@ -636,7 +626,7 @@ replicas:
   - {id: b, url: 'http://127.0.0.1:9002', models: [m]}
 ";
 
-    fn spec(key: u64, id: &str) -> ReplicaSpec {
+    pub(super) fn spec(key: u64, id: &str) -> ReplicaSpec {
         ReplicaSpec {
             key,
             id: id.into(),
@@ -654,7 +644,10 @@ replicas:
         Arc::new(FleetFacts::new(Duration::from_secs(10)))
     }
 
-    fn snapshot(replicas: Vec<(ReplicaSpec, ReplicaLive)>, generation: u64) -> Arc<Snapshot> {
+    pub(super) fn snapshot(
+        replicas: Vec<(ReplicaSpec, ReplicaLive)>,
+        generation: u64,
+    ) -> Arc<Snapshot> {
         let config = inferrail_config::parse_str(CONFIG).unwrap();
         let part = ConfigPart::from_config(&config, 1, 0).unwrap();
         let layout = MetricsLayout {
@@ -669,7 +662,7 @@ replicas:
         ))
     }
 
-    fn live(
+    pub(super) fn live(
         routable: bool,
         per_core: [(u32, u32); 2],
         report: Option<EngineReport>,
@@ -689,7 +682,7 @@ replicas:
         }
     }
 
-    fn report(received: Instant, running: f64) -> EngineReport {
+    pub(super) fn report(received: Instant, running: f64) -> EngineReport {
         EngineReport {
             running,
             waiting: 0.0,
@@ -820,5 +813,63 @@ replicas:
             first, second,
             "round robin continued its turn across snapshots"
         );
+    }
+}
+
+#[cfg(test)]
+mod explain_agreement {
+    //! The admin's explain offers exactly the candidates an idle data core offers, so explaining
+    //! a request decides what routing it would.
+    use super::tests::{live, report, snapshot, spec};
+    use super::*;
+    use crate::brain::BrainParams;
+    use crate::offers::offers;
+    use crate::snapshot::{ReplicaLive, ReplicaSpec};
+    use inferrail_config::PolicyKind;
+    use proptest::prelude::{any, prop_assert_eq, proptest};
+
+    proptest! {
+        #[test]
+        fn explain_and_routing_see_and_decide_the_same(
+            loads in proptest::collection::vec((0u32..6, 0u32..6, any::<bool>(), 0u32..4), 2..5),
+            seed in any::<u64>(),
+            which in 0usize..7,
+        ) {
+            let now = Instant::now();
+            let replicas: Vec<(ReplicaSpec, ReplicaLive)> = loads
+                .iter()
+                .enumerate()
+                .map(|(i, &(a, b, routable, fleet_load))| {
+                    let s = spec(i as u64 + 1, &format!("r{i}"));
+                    for _ in 0..fleet_load {
+                        s.fleet.routed(0, 0.01);
+                    }
+                    (s, live(routable, [(a, b), (b, a)], Some(report(now, f64::from(a)))))
+                })
+                .collect();
+            let snap = snapshot(replicas, 1);
+            // Core 1's view: with no request of its own, its candidates use the snapshot's totals
+            // minus its own share, plus its (zero) live counts — the same as explain's totals
+            // only when its snapshot share is zero, so look from a core the snapshot shows idle.
+            let view = build_view(2, 3, snap.clone(), None);
+            let routed = view.candidates(0, &[], now, 0);
+            let explained: Vec<Candidate> = offers(&snap, 0, now, 0)
+                .into_iter()
+                .filter_map(|(_, o)| o.ok())
+                .collect();
+            prop_assert_eq!(&routed, &explained);
+            if !routed.is_empty() {
+                let params = BrainParams::default();
+                let fleet = crate::fleet::FleetFacts::new(std::time::Duration::from_secs(1));
+                let input = RouteInput {
+                    prompt: None, approx_tokens: 500, session: None,
+                    params: &params, fleet: &fleet, now_micros: 0,
+                };
+                let kind = PolicyKind::ALL[which];
+                let a = brain::decide(policy::build(kind).as_mut(), &input, &routed, &mut Rng::new(seed));
+                let b = brain::decide(policy::build(kind).as_mut(), &input, &explained, &mut Rng::new(seed));
+                prop_assert_eq!(a, b);
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@ use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
 use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
-use crate::split::{conversation_key, stable_hash64};
+use crate::split::{conversation_key, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;
@@ -533,8 +533,7 @@ async fn prepare(
         .flatten();
     let key = conversation_key(head.header("x-session-id"), user.as_deref(), request_id);
     let arm = entry.split.as_ref().map_or(0, |arms| arms.choose(key));
-    let session =
-        (affinity && key != request_id.as_bytes()).then(|| stable_hash64(SESSION_SALT, key));
+    let session = (affinity && key != request_id.as_bytes()).then(|| session_hash(key));
     let rate = snap.settings.decision_sample_rate;
     let sampled = rate > 0.0 && sampled(request_id, rate);
     let endpoint = if head.path() == b"/v1/completions" {
@@ -555,6 +554,3 @@ async fn prepare(
         session,
     }))
 }
-
-/// Salt of a conversation's hash in the session table.
-const SESSION_SALT: u64 = 0x5345_5353_494f_4e01;

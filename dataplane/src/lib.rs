@@ -19,6 +19,7 @@ pub mod fleet;
 pub mod http;
 pub mod metrics;
 pub mod observe;
+pub mod offers;
 pub mod policy;
 pub mod pool;
 pub mod predict;

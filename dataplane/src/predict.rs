@@ -148,6 +148,30 @@ impl Predictor {
         (result, started.elapsed())
     }
 
+    /// The prompt facts of `body` for `model`, computed on the calling thread (for the admin's
+    /// explain; the data path uses [`prompt`](Self::prompt)).
+    pub fn prompt_now(
+        &self,
+        model: &str,
+        endpoint: Endpoint,
+        body: &[u8],
+    ) -> Result<PromptFacts, NoPrediction> {
+        let m = self.models.get(model).ok_or("no_tokenizer")?;
+        compute(&m.tokenizer, &m.kwargs, model, m.block_size, endpoint, body)
+    }
+
+    /// [`held_blocks`](Self::held_blocks), waiting on the calling thread (for the admin).
+    pub fn held_blocks_now(&self, facts: &PromptFacts, replicas: &[u64]) -> Option<Vec<usize>> {
+        if facts.hashes.is_empty() {
+            return Some(vec![0; replicas.len()]);
+        }
+        self.index
+            .lookup(facts.hashes.clone(), replicas)
+            .ok()?
+            .wait()
+            .ok()
+    }
+
     /// How many leading blocks of the prompt each of `replicas` (registry keys) holds, or `None`
     /// when the index is busy or too slow (then no prediction is made).
     pub async fn held_blocks(&self, facts: &PromptFacts, replicas: &[u64]) -> Option<Vec<usize>> {

@@ -111,6 +111,14 @@ pub fn conversation_key<'a>(
     }
 }
 
+/// Salt of a conversation's hash in the session table.
+const SESSION_SALT: u64 = 0x5345_5353_494f_4e01;
+
+/// The session-table hash of a conversation key (see [`conversation_key`]).
+pub fn session_hash(key: &[u8]) -> u64 {
+    stable_hash64(SESSION_SALT, key)
+}
+
 /// A stable 64-bit hash of `bytes` (FNV-1a 64 over `salt` then the bytes, finished with the
 /// murmur3 avalanche so every output bit depends on every input bit). It never changes between
 /// releases or machines: split arms, sampling and shadow seeds recorded in logs depend on it.

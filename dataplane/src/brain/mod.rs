@@ -9,7 +9,7 @@
 //! what the decision changes in the fleet facts (the session's replica, the root prefix's demand).
 
 pub mod cost;
-mod guards;
+pub mod guards;
 mod policies;
 #[cfg(test)]
 mod tests;

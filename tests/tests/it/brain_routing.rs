@@ -1,0 +1,261 @@
+//! The routing brain through the real gateway in front of in-process simulators: cache-aware
+//! policies against round robin on shared system prompts under eviction pressure, sessions that
+//! stick until their replica is overloaded, and /admin/explain.
+
+use inferrail_sim::server::{SimOptions, SimServer};
+use inferrail_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const MODEL: &str = "sim-llama";
+const BLOCK: usize = 16;
+
+/// Three simulators with `kv_blocks` KV blocks each, behind a
+/// gateway routing with `policy` (builtin tokenizer, so predictions are exact).
+fn fleet(
+    policy: &str,
+    kv_blocks: usize,
+    latency: bool,
+    extra: &str,
+) -> (Vec<SimServer>, TestGateway) {
+    let sims: Vec<SimServer> = (0..3)
+        .map(|seed| {
+            SimServer::start(SimOptions {
+                enable_prompt_tokens_details: true,
+                zero_latency: !latency,
+                num_gpu_blocks_override: Some(kv_blocks),
+                max_model_len: 736,
+                block_size: BLOCK,
+                seed,
+                ..SimOptions::new(MODEL)
+            })
+            .expect("simulator starts")
+        })
+        .collect();
+    let mut yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 2\n\
+         models:\n  - name: {MODEL}\n    policy: {policy}\n    tokenizer: builtin:sim\n    block_size: {BLOCK}\n\
+         routing:\n  seed: 5\n{extra}tokenizer:\n  max_wait: 2s\nreplicas:\n"
+    );
+    for (i, s) in sims.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim-{i}\n    url: {}\n    models: [{MODEL}]\n    kv_capacity_blocks: {kv_blocks}\n",
+            s.url()
+        ));
+    }
+    let gw = TestGateway::start(&yaml);
+    (sims, gw)
+}
+
+/// Eight system prompts of about 300 tokens (the builtin tokenizer has one token per word
+/// below), each with its own word order from the first word on.
+fn systems() -> Vec<String> {
+    const WORDS: [&str; 24] = [
+        "the", "of", "and", "to", "in", "is", "it", "you", "that", "was", "for", "on", "are",
+        "with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or",
+    ];
+    (0..8)
+        .map(|s| {
+            (0..300)
+                .map(|w| WORDS[(w * 7 + s * 13 + w * w * s) % WORDS.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Sends `n` chats (system prompt `i % 8`, a fresh question) and returns the share of the
+/// system prompts' tokens the engines served from cache, after the first round.
+fn shared_hit_rate(gw: &TestGateway, n: usize) -> f64 {
+    let systems = systems();
+    let mut conn = connect(gw.addr);
+    let (mut cached, mut shared) = (0u64, 0u64);
+    for i in 0..n {
+        let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
+            {"role": "system", "content": systems[(i * 5) % systems.len()]},
+            {"role": "user", "content": format!("question number {i} about caching")}]});
+        let r = conn
+            .call(
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                Some(body.to_string().as_bytes()),
+            )
+            .expect("response");
+        assert_eq!(r.status, 200, "{}", r.text());
+        if i < systems.len() {
+            continue; // every system prompt's first request is cold anywhere
+        }
+        let v: Value = serde_json::from_str(&r.text()).expect("JSON");
+        let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        let hit = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        // The system prompt is all but the question's last block or so.
+        let system_tokens = prompt.saturating_sub(2 * BLOCK as u64);
+        cached += hit.min(system_tokens);
+        shared += system_tokens;
+    }
+    cached as f64 / shared.max(1) as f64
+}
+
+#[test]
+fn cache_aware_policies_serve_shared_prompts_from_cache_where_round_robin_cannot() {
+    // 96 blocks per engine: about five of the eight 300-token system prompts each, so a policy
+    // that keeps each prompt on one replica holds them all, and round robin (every replica sees
+    // all eight in turn) holds none by the time they come back.
+    let mut rates = Vec::new();
+    for policy in ["round_robin", "kv_aware", "cost_model", "prefix_hash"] {
+        let (_sims, gw) = fleet(policy, 96, false, "");
+        let rate = shared_hit_rate(&gw, 120);
+        eprintln!(
+            "{policy}: {:.1}% of shared-prompt tokens from cache",
+            rate * 100.0
+        );
+        rates.push((policy, rate));
+    }
+    assert!(rates[0].1 < 0.40, "round robin: {rates:?}");
+    for (policy, rate) in &rates[1..] {
+        assert!(*rate >= 0.90, "{policy}: {rates:?}");
+    }
+}
+
+#[test]
+fn a_session_sticks_to_its_replica_until_it_is_overloaded() {
+    let (_sims, gw) = fleet("cost_model", 2560, true, "  session_affinity: true\n");
+    let body = |turn: usize| {
+        json!({"model": MODEL, "max_tokens": 2, "messages": [
+            {"role": "user", "content": format!("turn {turn} of a conversation about routers")}]})
+        .to_string()
+    };
+    let mut conn = connect(gw.addr);
+    let mut replicas = Vec::new();
+    for turn in 0..6 {
+        let r = conn
+            .call(
+                "POST",
+                "/v1/chat/completions",
+                &[("x-session-id", "conv-7")],
+                Some(body(turn).as_bytes()),
+            )
+            .expect("response");
+        assert_eq!(r.status, 200);
+        replicas.push(r.header("x-inferrail-replica").unwrap_or("").to_string());
+    }
+    assert!(replicas.iter().all(|r| *r == replicas[0]), "{replicas:?}");
+    // Twelve turns of the same conversation at once: the bounded-load guard moves the ones its
+    // replica cannot take (at most ceil(2 * (in_flight + 1) / 3) there).
+    let threads: Vec<_> = (0..12)
+        .map(|t| {
+            let addr = gw.addr;
+            let b = json!({"model": MODEL, "max_tokens": 40, "messages": [
+                {"role": "user", "content": format!("parallel turn {t}")}]})
+            .to_string();
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let r = c
+                    .call(
+                        "POST",
+                        "/v1/chat/completions",
+                        &[("x-session-id", "conv-7")],
+                        Some(b.as_bytes()),
+                    )
+                    .expect("response");
+                r.header("x-inferrail-replica").unwrap_or("").to_string()
+            })
+        })
+        .collect();
+    let spread: Vec<String> = threads
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    let home = spread.iter().filter(|r| **r == replicas[0]).count();
+    assert!(
+        home >= 1 && home < 12,
+        "{home} of 12 on the session's replica: {spread:?}"
+    );
+}
+
+#[test]
+fn explain_shows_every_replica_and_agrees_with_routing_without_changing_state() {
+    let (_sims, gw) = fleet("cost_model", 64, false, "");
+    let systems = systems();
+    let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
+        {"role": "system", "content": systems[0]},
+        {"role": "user", "content": "what is cached?"}]});
+    let mut conn = connect(gw.addr);
+    let r = conn
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("response");
+    let home = r.header("x-inferrail-replica").unwrap_or("").to_string();
+    // Let the request's slot close (it is released after the response is written).
+    std::thread::sleep(Duration::from_millis(50));
+    let before = metric(
+        &gw.metrics(),
+        "inferrail_routing_steering_total{reason=\"policy\"}",
+    );
+    let (status, v) = gw.admin(
+        "POST",
+        "/admin/explain/v1/chat/completions",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["policy"], "cost_model");
+    assert_eq!(v["prediction"], "predicted");
+    let reps = v["replicas"].as_array().expect("replicas");
+    assert_eq!(reps.len(), 3);
+    for rep in reps {
+        assert_eq!(rep["offered"], true, "{rep}");
+        let e = &rep["estimate"];
+        let sum = e["queue_secs"].as_f64().unwrap_or(-1.0)
+            + e["prefill_secs"].as_f64().unwrap_or(-1.0)
+            + e["tier_secs"].as_f64().unwrap_or(-1.0);
+        assert!(
+            (sum - e["total_secs"].as_f64().unwrap_or(0.0)).abs() < 1e-9,
+            "{rep}"
+        );
+    }
+    // The replica that cached the system prompt is the cheapest now, and routing agrees.
+    assert_eq!(v["winner"], home.as_str(), "{v}");
+    assert_eq!(v["decided_by"], "prefill", "{v}");
+    let cached: Vec<u64> = reps
+        .iter()
+        .map(|r| r["cached_tokens"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(cached.iter().filter(|c| **c > 0).count(), 1, "{cached:?}");
+    let r = conn
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("response");
+    assert_eq!(r.header("x-inferrail-replica"), Some(home.as_str()));
+    // Explaining routed nothing: one more policy decision, from the request just sent.
+    let after = metric(
+        &gw.metrics(),
+        "inferrail_routing_steering_total{reason=\"policy\"}",
+    );
+    assert_eq!(after, before.map(|b| b + 1.0));
+    // Any policy on demand; unknown ones are refused with the list.
+    let (status, v) = gw.admin(
+        "POST",
+        "/admin/explain/v1/chat/completions?policy=prefix_hash",
+        Some(&body.to_string()),
+    );
+    assert_eq!((status, v["policy"].as_str()), (200, Some("prefix_hash")));
+    assert_eq!(v["decided_by"], "hash");
+    let (status, v) = gw.admin(
+        "POST",
+        "/admin/explain/v1/chat/completions?policy=bogus",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("cost_model"), "{v}");
+}
