@@ -41,6 +41,10 @@ impl Config {
             self.tokenizer.cache_tokens != new.tokenizer.cache_tokens,
         );
         check(
+            "routing.hot_prefix.window",
+            self.routing.hot_prefix.window != new.routing.hot_prefix.window,
+        );
+        check(
             "tokenizer.inline_max_bytes",
             self.tokenizer.inline_max_bytes != new.tokenizer.inline_max_bytes,
         );

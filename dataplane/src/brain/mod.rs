@@ -341,9 +341,12 @@ pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Opt
     let params = input.params;
     let tokens = input.prompt_tokens();
     let hot = hot_root(input, candidates.len());
-    let owners = hot.map_or(Vec::new(), |h| {
-        policies::top_by_rendezvous(h.root, candidates, h.owners as usize)
-    });
+    let owners = match hot {
+        Some(h) if h.owners > 0 => {
+            policies::top_by_rendezvous(h.root, candidates, h.owners as usize)
+        }
+        _ => Vec::new(),
+    };
     let root_tokens = match (input.prompt, hot) {
         (Some(p), Some(_)) => (params.hot_blocks * p.block_size).min(p.cacheable()),
         _ => 0,

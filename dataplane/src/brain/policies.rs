@@ -17,45 +17,48 @@ pub fn top_by_rendezvous(key: u64, candidates: &[Candidate], count: usize) -> Ve
 }
 
 /// Among the rows no guard set aside, the best by `better` (a strict "is better than"); equal
-/// ones go to fewer in flight, then to chance. Falls back to every row when all were set aside
-/// (cannot happen with the guards' guarantees, but a policy must always answer).
+/// ones go to fewer in flight, then to chance (reservoir sampling, one draw per tie). Falls back
+/// to every row when all were set aside (cannot happen with the guards' guarantees, but a
+/// policy must always answer). Returns the winner and the best of the others (the runner-up).
+/// One pass for the winner and one for the runner-up; no allocation.
 fn best_of(
     candidates: &[Candidate],
     rows: &[Row],
     rng: &mut Rng,
     better: impl Fn(&Row, &Row) -> bool,
 ) -> (usize, Option<usize>) {
-    let open: Vec<usize> = (0..rows.len())
-        .filter(|&i| rows[i].set_aside.is_none())
-        .collect();
-    let pool: Vec<usize> = if open.is_empty() {
-        (0..rows.len()).collect()
-    } else {
-        open
-    };
-    let mut best: Vec<usize> = Vec::with_capacity(2);
-    for &i in &pool {
-        match best.first() {
-            None => best.push(i),
-            Some(&b) if better(&rows[i], &rows[b]) => {
-                best.clear();
-                best.push(i);
-            }
-            Some(&b) if !better(&rows[b], &rows[i]) => best.push(i),
-            Some(_) => {}
+    let any_open = rows.iter().any(|r| r.set_aside.is_none());
+    let eligible = |i: usize| !any_open || rows[i].set_aside.is_none();
+    let mut winner: Option<usize> = None;
+    let mut ties = 0usize;
+    for i in (0..rows.len()).filter(|&i| eligible(i)) {
+        let Some(w) = winner else {
+            winner = Some(i);
+            ties = 1;
+            continue;
+        };
+        let (row, best) = (&rows[i], &rows[w]);
+        let replace = if better(row, best) {
+            ties = 1;
+            true
+        } else if better(best, row) {
+            false
+        } else if candidates[i].in_flight < candidates[w].in_flight {
+            ties = 1;
+            true
+        } else if candidates[i].in_flight > candidates[w].in_flight {
+            false
+        } else {
+            ties += 1;
+            rng.below(ties) == 0
+        };
+        if replace {
+            winner = Some(i);
         }
     }
-    let fewest = best
-        .iter()
-        .map(|&i| candidates[i].in_flight)
-        .min()
-        .unwrap_or(0);
-    best.retain(|&i| candidates[i].in_flight == fewest);
-    let winner = best[rng.below(best.len())];
-    let runner_up = pool
-        .iter()
-        .copied()
-        .filter(|&i| i != winner)
+    let winner = winner.unwrap_or(0);
+    let runner_up = (0..rows.len())
+        .filter(|&i| eligible(i) && i != winner)
         .fold(None::<usize>, |acc, i| match acc {
             Some(a) if !better(&rows[i], &rows[a]) => Some(a),
             _ => Some(i),
