@@ -216,28 +216,22 @@ fn route(
                 AdminResponse::method_not_allowed(b"GET, HEAD")
             }
         }
-        b"/admin/tokenize/v1/chat/completions" | b"/admin/tokenize/v1/completions" => {
-            if head.method == Method::Post {
-                let endpoint = if path == b"/admin/tokenize/v1/completions" {
-                    Endpoint::Completion
-                } else {
-                    Endpoint::Chat
-                };
+        b"/admin/tokenize/v1/chat/completions"
+        | b"/admin/tokenize/v1/completions"
+        | b"/admin/explain/v1/chat/completions"
+        | b"/admin/explain/v1/completions" => {
+            if head.method != Method::Post {
+                return AdminResponse::method_not_allowed(b"POST");
+            }
+            let endpoint = if path.ends_with(b"/v1/completions") {
+                Endpoint::Completion
+            } else {
+                Endpoint::Chat
+            };
+            if path.starts_with(b"/admin/tokenize/") {
                 admin_api::tokenize(&ctl.borrow(), endpoint, body)
             } else {
-                AdminResponse::method_not_allowed(b"POST")
-            }
-        }
-        b"/admin/explain/v1/chat/completions" | b"/admin/explain/v1/completions" => {
-            if head.method == Method::Post {
-                let endpoint = if path == b"/admin/explain/v1/completions" {
-                    Endpoint::Completion
-                } else {
-                    Endpoint::Chat
-                };
                 crate::explain::explain(&ctl.borrow(), head, endpoint, body)
-            } else {
-                AdminResponse::method_not_allowed(b"POST")
             }
         }
         b"/admin/reload" => {

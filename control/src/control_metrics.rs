@@ -403,6 +403,14 @@ fn histogram_series(
     let _ = writeln!(out, "{name}_count{} {cumulative}", braces(labels));
 }
 
+/// A counter family with one series per `(value, count)` of one label.
+fn labelled_counter(out: &mut String, name: &str, help: &str, label: &str, rows: &[(&str, u64)]) {
+    family(out, name, "counter", help);
+    for (value, n) in rows {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
+    }
+}
+
 fn render_brain(out: &mut String, b: &BrainView) {
     family(
         out,
@@ -418,30 +426,20 @@ fn render_brain(out: &mut String, b: &BrainView) {
         &b.estimate.0,
         b.estimate.1 as f64 / 1e6,
     );
-    family(
+    labelled_counter(
         out,
         "inferrail_routing_guard_set_aside_total",
-        "counter",
         "Candidates a load guard set aside (bounded_load, kv_pressure).",
+        "guard",
+        &b.guards,
     );
-    for (guard, n) in &b.guards {
-        let _ = writeln!(
-            out,
-            "inferrail_routing_guard_set_aside_total{{guard=\"{guard}\"}} {n}"
-        );
-    }
-    family(
+    labelled_counter(
         out,
         "inferrail_routing_steering_total",
-        "counter",
         "Routing decisions by what steered them (policy, session, hot_prefix, no_prefix, no_prediction).",
+        "reason",
+        &b.steering,
     );
-    for (reason, n) in &b.steering {
-        let _ = writeln!(
-            out,
-            "inferrail_routing_steering_total{{reason=\"{reason}\"}} {n}"
-        );
-    }
     family(
         out,
         "inferrail_routing_decision_seconds",
@@ -461,15 +459,13 @@ fn render_brain(out: &mut String, b: &BrainView) {
 }
 
 fn render_prediction(out: &mut String, p: &PredictionView) {
-    family(
+    labelled_counter(
         out,
         "inferrail_prompts_total",
-        "counter",
         "Completion requests by cache prediction result (predicted, or why not).",
+        "result",
+        &p.results,
     );
-    for (result, n) in &p.results {
-        let _ = writeln!(out, "inferrail_prompts_total{{result=\"{result}\"}} {n}");
-    }
     family(
         out,
         "inferrail_tokenize_seconds",
