@@ -271,7 +271,10 @@ pub struct Routing {
 pub struct KvAwareWeights {
     /// Weight of the predicted cached fraction. Default 1.0, >= 0.
     pub cache_weight: f64,
-    /// Weight of the load relative to the busiest candidate. Default 1.0, >= 0.
+    /// Weight of the load relative to the busiest candidate. Default 0.75, >= 0: with the busiest
+    /// candidate's load term at `load_weight`, a replica holding most of a prompt still beats an
+    /// idle cold one while it is the busiest (a weight of 1 flips that as soon as the holder has
+    /// one request in flight).
     pub load_weight: f64,
 }
 
@@ -279,7 +282,7 @@ impl Default for KvAwareWeights {
     fn default() -> Self {
         KvAwareWeights {
             cache_weight: 1.0,
-            load_weight: 1.0,
+            load_weight: 0.75,
         }
     }
 }

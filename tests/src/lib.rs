@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod fleet_sim;
+
 use inferrail_control::client::{Connection, Response};
 use inferrail_control::{ConfigSource, Gateway, GatewayOptions};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};

@@ -171,7 +171,7 @@ fn a_session_sticks_to_its_replica_until_it_is_overloaded() {
         .collect();
     let home = spread.iter().filter(|r| **r == replicas[0]).count();
     assert!(
-        home >= 1 && home < 12,
+        (1..12).contains(&home),
         "{home} of 12 on the session's replica: {spread:?}"
     );
 }

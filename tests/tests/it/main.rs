@@ -1,6 +1,7 @@
 //! Integration tests: real gateways and in-process engines on 127.0.0.1.
 
 mod bodies;
+mod brain_fleet;
 mod brain_routing;
 mod breakers;
 mod calibrate;
