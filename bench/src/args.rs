@@ -18,6 +18,9 @@ earlier ones are doing; latency counts from the scheduled time.
   --warmup D             sent but not recorded (default 1s)
   --body-file F          POST this file as application/json
   --body STRING          POST this string as application/json (GET when no body is given)
+  --bodies-file F.jsonl  one JSON request body per line (blank lines skipped); request k, counted
+                         in schedule order from 0 (warmup included), POSTs line k mod lines, so
+                         a run sends the same bodies in the same order whatever its seed
   --header 'k: v'        extra request header (repeatable)
   --connections N        connections opened before the run (default 32)
   --max-connections N    cap on open connections (default 512)
@@ -27,6 +30,9 @@ earlier ones are doing; latency counts from the scheduled time.
   --max-idle D           reuse a keep-alive connection only if idle at most this long, else
                          close it and open another (default 4s: under uvicorn's 5 s timeout)
   --json OUT.json        also write the report as JSON
+
+2xx JSON response bodies carrying `usage` add up into the report: prompt_tokens and
+prompt_tokens_details.cached_tokens over the measured requests.
 ";
 
 /// Where requests go, taken apart from an `http://` URL.
@@ -57,6 +63,8 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// Request body; `Some` makes the request a JSON POST, `None` a GET.
     pub body: Option<Vec<u8>>,
+    /// Request bodies of `--bodies-file`, used in rotation instead of `body` when not empty.
+    pub bodies: Vec<Vec<u8>>,
     /// Extra request headers, in order.
     pub headers: Vec<(String, String)>,
     /// Connections opened before the first request.
@@ -124,6 +132,7 @@ where
     let mut duration = Duration::from_secs(10);
     let mut warmup = Duration::from_secs(1);
     let mut body = None;
+    let mut bodies = Vec::new();
     let mut headers = Vec::new();
     let mut connections = 32;
     let mut max_connections = 512;
@@ -162,6 +171,7 @@ where
             "--max-idle" => max_idle = parse_duration(&value()?).map_err(|e| invalid(&flag, e))?,
             "--body" => body = Some(value()?.into_bytes()),
             "--body-file" => body = Some(body_file_arg(&flag, &value()?)?),
+            "--bodies-file" => bodies = bodies_file_arg(&flag, &value()?)?,
             "--header" => headers.push(header_arg(&flag, &value()?)?),
             "--connections" => connections = parse_count(&flag, &value()?)?,
             "--max-connections" => max_connections = parse_count(&flag, &value()?)?.max(1),
@@ -182,6 +192,12 @@ where
     if timeout.is_zero() {
         return Err(invalid("--timeout", "must be above zero"));
     }
+    if !bodies.is_empty() && body.is_some() {
+        return Err(invalid(
+            "--bodies-file",
+            "cannot be combined with --body or --body-file",
+        ));
+    }
     Ok(LoadArgs {
         config: LoadConfig {
             target,
@@ -189,6 +205,7 @@ where
             duration,
             warmup,
             body,
+            bodies,
             headers,
             connections: connections.min(max_connections),
             max_connections,
@@ -224,6 +241,32 @@ pub(crate) fn header_arg(flag: &str, v: &str) -> Result<(String, String), ArgsEr
 /// The contents of a `--body-file` argument.
 pub(crate) fn body_file_arg(flag: &str, path: &str) -> Result<Vec<u8>, ArgsError> {
     std::fs::read(path).map_err(|e| invalid(flag, format!("{path}: {e}")))
+}
+
+/// The bodies of a `--bodies-file` argument (see [`parse_bodies`]).
+fn bodies_file_arg(flag: &str, path: &str) -> Result<Vec<Vec<u8>>, ArgsError> {
+    let text = std::fs::read(path).map_err(|e| invalid(flag, format!("{path}: {e}")))?;
+    parse_bodies(&text).map_err(|e| invalid(flag, format!("{path}: {e}")))
+}
+
+/// Splits a JSON-lines file into request bodies: one per non-blank line, each checked to be one
+/// JSON value. An empty file (or only blank lines) is an error, as is a line that is not JSON.
+pub fn parse_bodies(text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut bodies = Vec::new();
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            return Err(format!("line {} is not JSON: {e}", i + 1));
+        }
+        bodies.push(line.to_vec());
+    }
+    if bodies.is_empty() {
+        return Err("no request bodies (the file is empty)".to_string());
+    }
+    Ok(bodies)
 }
 
 fn parse_count(flag: &str, v: &str) -> Result<usize, ArgsError> {
@@ -353,6 +396,72 @@ mod tests {
             Err(ArgsError::MissingValue(_))
         ));
         assert_eq!(parse("--help").unwrap_err(), ArgsError::Help);
+    }
+
+    #[test]
+    fn bodies_lines() {
+        let b = parse_bodies(b"{\"a\":1}\r\n\n  \n[2, 3]\n\"s\"").unwrap();
+        assert_eq!(
+            b,
+            vec![b"{\"a\":1}".to_vec(), b"[2, 3]".to_vec(), b"\"s\"".to_vec()]
+        );
+        assert_eq!(
+            parse_bodies(b"").unwrap_err(),
+            "no request bodies (the file is empty)"
+        );
+        assert_eq!(
+            parse_bodies(b"\n \n").unwrap_err(),
+            "no request bodies (the file is empty)"
+        );
+        let e = parse_bodies(b"{}\n{\"a\":\n{}").unwrap_err();
+        assert!(e.starts_with("line 2 is not JSON: "), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = parse_bodies(b"{} {}").unwrap_err();
+        assert!(
+            e.starts_with("line 1 is not JSON: trailing characters"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bodies_file_flag() {
+        let dir = std::env::temp_dir().join(format!("bench-bodies-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.jsonl");
+        std::fs::write(&good, "{\"n\":0}\n{\"n\":1}\n").unwrap();
+        let bad = dir.join("bad.jsonl");
+        std::fs::write(&bad, "{\"n\":0}\nnot json\n").unwrap();
+        let empty = dir.join("empty.jsonl");
+        std::fs::write(&empty, "").unwrap();
+        let line =
+            |f: &std::path::Path| format!("--url http://h/ --rate 1 --bodies-file {}", f.display());
+
+        let a = parse(&line(&good)).unwrap();
+        assert_eq!(a.config.bodies.len(), 2);
+        assert!(a.config.body.is_none());
+        let msg = parse(&line(&bad)).unwrap_err().to_string();
+        assert_eq!(
+            msg.split(": line").next().unwrap(),
+            format!("--bodies-file: {}", bad.display())
+        );
+        assert!(msg.contains("line 2 is not JSON"), "{msg}");
+        let msg = parse(&line(&empty)).unwrap_err().to_string();
+        assert!(
+            msg.ends_with("no request bodies (the file is empty)"),
+            "{msg}"
+        );
+        let msg = parse(&format!("{} --body {{}}", line(&good)))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "--bodies-file: cannot be combined with --body or --body-file"
+        );
+        let missing = parse(&line(&dir.join("nope.jsonl")))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.starts_with("--bodies-file: "), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -17,6 +17,8 @@ use monoio::net::TcpStream;
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Read buffer size; a read asks for at least this much room.
 const READ_CHUNK: usize = 16 * 1024;
+/// Largest 2xx response body kept for the caller (to read its `usage`); longer ones are skipped.
+const MAX_KEPT_BODY: usize = 1024 * 1024;
 
 /// An open connection and its read buffer (kept across requests to avoid reallocating).
 #[derive(Debug)]
@@ -28,12 +30,14 @@ pub struct Conn {
 }
 
 /// How an exchange ended when a complete response arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     /// The final (non-1xx) status code.
     pub status: u16,
     /// The connection may carry another request.
     pub reusable: bool,
+    /// The (de-chunked) body of a 2xx response of at most [`MAX_KEPT_BODY`] bytes; empty otherwise.
+    pub body: Vec<u8>,
 }
 
 /// Why an exchange produced no complete response. Every variant leaves the connection unusable.
@@ -75,14 +79,20 @@ impl Conn {
         self.buf.clear();
         let (head, used) = self.read_head(method).await?;
         let leftover = self.buf.len() - used;
+        let mut body = Vec::new();
+        let keep = (200..300).contains(&head.status);
         let body_ended_cleanly = match head.framing {
-            BodyFraming::Length(n) => self.skip_length(n, leftover).await?,
-            BodyFraming::Chunked => self.skip_chunked(used).await?,
+            BodyFraming::Length(n) => {
+                let keep = (keep && n <= MAX_KEPT_BODY as u64).then_some(&mut body);
+                self.skip_length(n, used, leftover, keep).await?
+            }
+            BodyFraming::Chunked => self.skip_chunked(used, keep.then_some(&mut body)).await?,
             BodyFraming::UntilClose => self.skip_until_close().await?,
         };
         Ok(Response {
             status: head.status,
             reusable: !head.close && body_ended_cleanly,
+            body,
         })
     }
 
@@ -104,30 +114,55 @@ impl Conn {
         }
     }
 
-    /// Skips a content-length body of which `have` bytes are already buffered. Returns false when
-    /// more bytes than the body arrived (the connection is then out of step and not reused).
-    async fn skip_length(&mut self, len: u64, have: usize) -> Result<bool, ExchangeError> {
+    /// Skips a content-length body of which `have` bytes are already buffered at `buf[start..]`,
+    /// appending it to `keep` when given. Returns false when more bytes than the body arrived (the
+    /// connection is then out of step and not reused).
+    async fn skip_length(
+        &mut self,
+        len: u64,
+        start: usize,
+        have: usize,
+        mut keep: Option<&mut Vec<u8>>,
+    ) -> Result<bool, ExchangeError> {
         let mut remaining = len.saturating_sub(have as u64);
         let mut clean = have as u64 <= len;
+        if let Some(out) = keep.as_deref_mut() {
+            let n = have.min(len as usize);
+            out.extend_from_slice(&self.buf[start..start + n]);
+        }
         while remaining > 0 {
             self.buf.clear();
             let n = self.read_more().await? as u64;
+            if let Some(out) = keep.as_deref_mut() {
+                out.extend_from_slice(&self.buf[..n.min(remaining) as usize]);
+            }
             clean = n <= remaining;
             remaining = remaining.saturating_sub(n);
         }
         Ok(clean)
     }
 
-    /// Follows a chunked body that starts at `buf[start..]` to its end.
-    async fn skip_chunked(&mut self, start: usize) -> Result<bool, ExchangeError> {
+    /// Follows a chunked body that starts at `buf[start..]` to its end, appending its data to
+    /// `keep` when given (up to [`MAX_KEPT_BODY`]; a longer body leaves `keep` empty).
+    async fn skip_chunked(
+        &mut self,
+        start: usize,
+        mut keep: Option<&mut Vec<u8>>,
+    ) -> Result<bool, ExchangeError> {
         let mut decoder = ChunkedDecoder::new();
-        let mut progress = decoder.feed(&self.buf[start..], None)?;
+        let mut progress = decoder.feed(&self.buf[start..], keep.as_deref_mut())?;
         let mut pos = start + progress.consumed;
         while !progress.done {
+            if keep.as_ref().is_some_and(|k| k.len() > MAX_KEPT_BODY) {
+                keep.take().map(Vec::clear);
+            }
             self.buf.clear();
             self.read_more().await?;
-            progress = decoder.feed(&self.buf, None)?;
+            progress = decoder.feed(&self.buf, keep.as_deref_mut())?;
             pos = progress.consumed;
+        }
+        if let Some(k) = keep.filter(|k| k.len() > MAX_KEPT_BODY) {
+            k.clear();
         }
         Ok(pos == self.buf.len())
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Highest value the histograms hold exactly, in µs (one hour); larger values are clamped.
 const HIST_MAX_US: u64 = 3_600_000_000;
@@ -84,6 +84,54 @@ pub struct Warmup {
     pub errors: u64,
 }
 
+/// The `usage` of one OpenAI-style JSON response, as far as the report sums it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `usage.prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// `usage.prompt_tokens_details.cached_tokens`, when the server reports it.
+    pub cached_tokens: Option<u64>,
+}
+
+/// Reads `usage` from a response body; `None` when the body is not a JSON object with a `usage`
+/// object holding `prompt_tokens` (streamed bodies, error bodies, other APIs).
+pub fn parse_usage(body: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct Body {
+        usage: Option<UsageJson>,
+    }
+    #[derive(Deserialize)]
+    struct UsageJson {
+        prompt_tokens: u64,
+        prompt_tokens_details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Details {
+        cached_tokens: Option<u64>,
+    }
+    if body.first() != Some(&b'{') {
+        return None;
+    }
+    let usage = serde_json::from_slice::<Body>(body).ok()?.usage?;
+    Some(Usage {
+        prompt_tokens: usage.prompt_tokens,
+        cached_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens),
+    })
+}
+
+/// `usage` summed over the measured 2xx responses that carried one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct UsageSums {
+    /// Responses with a `usage.prompt_tokens`.
+    pub responses: u64,
+    /// Sum of their `usage.prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// Of those responses, the ones that also had `usage.prompt_tokens_details.cached_tokens`.
+    pub cached_reported: u64,
+    /// Sum of `usage.prompt_tokens_details.cached_tokens` (absent counts as 0).
+    pub cached_tokens: u64,
+}
+
 /// The result of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -123,6 +171,9 @@ pub struct Report {
     pub warmup: Warmup,
     /// The monoio driver that ran the generator (`io_uring` or `epoll`).
     pub driver: &'static str,
+    /// `usage` of the measured responses, when any response carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageSums>,
     /// The first few broken exchanges' causes (protocol errors), for diagnosis.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub error_samples: Vec<String>,
@@ -143,6 +194,8 @@ pub struct Recorder {
     errors: Errors,
     /// Warmup counters.
     warmup: Warmup,
+    /// `usage` of measured responses.
+    usage: UsageSums,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -159,6 +212,7 @@ impl Recorder {
             completed: 0,
             errors: Errors::default(),
             warmup: Warmup::default(),
+            usage: UsageSums::default(),
         })
     }
 
@@ -175,6 +229,20 @@ impl Recorder {
     pub fn send_lag(&mut self, measured: bool, lag: Duration) {
         if measured {
             self.lag.saturating_record(micros(lag));
+        }
+    }
+
+    /// A 2xx response's `usage`, if it had one (warmup responses are not counted).
+    pub fn usage(&mut self, measured: bool, usage: Option<Usage>) {
+        let (true, Some(u)) = (measured, usage) else {
+            return;
+        };
+        let s = &mut self.usage;
+        s.responses += 1;
+        s.prompt_tokens += u.prompt_tokens;
+        if let Some(c) = u.cached_tokens {
+            s.cached_reported += 1;
+            s.cached_tokens += c;
         }
     }
 
@@ -249,6 +317,7 @@ impl Recorder {
             peak_in_flight: facts.peak_in_flight,
             warmup: self.warmup,
             driver: facts.driver,
+            usage: (self.usage.responses > 0).then_some(self.usage),
             error_samples: facts.error_samples,
         }
     }
@@ -322,6 +391,19 @@ impl fmt::Display for Report {
             self.connection_waits,
             self.peak_in_flight
         )?;
+        if let Some(u) = &self.usage {
+            let rate = if u.prompt_tokens > 0 {
+                100.0 * u.cached_tokens as f64 / u.prompt_tokens as f64
+            } else {
+                0.0
+            };
+            write!(
+                f,
+                "\nusage       prompt tokens {}  cached {} ({rate:.1} %)  over {} responses \
+                 ({} with cached_tokens)",
+                u.prompt_tokens, u.cached_tokens, u.responses, u.cached_reported
+            )?;
+        }
         for sample in &self.error_samples {
             write!(f, "\nerror       {sample}")?;
         }
@@ -388,9 +470,66 @@ mod tests {
     }
 
     #[test]
+    fn usage_is_read_and_summed() {
+        let full = br#"{"id":"x","choices":[{"message":{"content":"{\"usage\":1}"}}],
+            "usage":{"prompt_tokens":100,"completion_tokens":8,"total_tokens":108,
+            "prompt_tokens_details":{"cached_tokens":64}}}"#;
+        assert_eq!(
+            parse_usage(full),
+            Some(Usage {
+                prompt_tokens: 100,
+                cached_tokens: Some(64)
+            })
+        );
+        let no_details = br#"{"usage":{"prompt_tokens":7,"prompt_tokens_details":null}}"#;
+        assert_eq!(
+            parse_usage(no_details),
+            Some(Usage {
+                prompt_tokens: 7,
+                cached_tokens: None
+            })
+        );
+        assert_eq!(parse_usage(br#"{"object":"chat.completion"}"#), None);
+        assert_eq!(parse_usage(br#"{"usage":null}"#), None);
+        assert_eq!(parse_usage(b"data: {\"usage\":{}}\n\n"), None);
+        assert_eq!(parse_usage(b"{not json"), None);
+        assert_eq!(parse_usage(b""), None);
+
+        let mut r = Recorder::new().unwrap();
+        r.usage(false, parse_usage(full)); // warmup: not counted
+        r.usage(true, parse_usage(full));
+        r.usage(true, parse_usage(full));
+        r.usage(true, parse_usage(no_details));
+        r.usage(true, None);
+        let rep = r.report(facts());
+        let u = rep.usage.unwrap();
+        assert_eq!(
+            u,
+            UsageSums {
+                responses: 3,
+                prompt_tokens: 207,
+                cached_reported: 2,
+                cached_tokens: 128
+            }
+        );
+        let json = serde_json::to_value(&rep).unwrap();
+        assert_eq!(json["usage"]["prompt_tokens"], 207);
+        assert_eq!(json["usage"]["cached_tokens"], 128);
+        let text = rep.to_string();
+        assert!(
+            text.contains("usage       prompt tokens 207  cached 128 (61.8 %)  over 3 responses"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn empty_run_reports_zeros() {
         let rep = Recorder::new().unwrap().report(facts());
         assert_eq!(rep.latency_us, Latency::default());
         assert_eq!(rep.send_lag_us, SendLag::default());
+        assert_eq!(rep.usage, None);
+        let json = serde_json::to_value(&rep).unwrap();
+        assert!(json.get("usage").is_none(), "no usage seen: no usage key");
+        assert!(!rep.to_string().contains("usage"));
     }
 }

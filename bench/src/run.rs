@@ -15,7 +15,7 @@ use monoio::{FusionDriver, FusionRuntime, RuntimeBuilder};
 use crate::args::LoadConfig;
 use crate::pacer::{self, Due};
 use crate::pool::{ConnectError, Pool};
-use crate::report::{Outcome, Recorder, Report, RunFacts};
+use crate::report::{parse_usage, Outcome, Recorder, Report, RunFacts};
 use crate::schedule::Schedule;
 
 /// Why a run could not take place (errors of single requests are counted, not returned).
@@ -49,8 +49,8 @@ pub enum LoadError {
 struct RunState {
     /// Connections to the target.
     pool: Rc<Pool>,
-    /// The complete request, written as is for every arrival.
-    request: Bytes,
+    /// The complete requests: arrival `k` (in schedule order) writes `requests[k % len]`.
+    requests: Vec<Bytes>,
     /// Its method (response framing depends on it).
     method: Method,
     /// Per-request time limit.
@@ -97,22 +97,47 @@ fn resolve(config: &LoadConfig) -> Result<SocketAddr, LoadError> {
 
 /// The request bytes: a GET, or a JSON POST when a body is given, plus the extra headers.
 pub fn build_request(config: &LoadConfig) -> (Bytes, Method) {
+    request_with_body(config, config.body.as_deref())
+}
+
+/// Every request of a run: one per `--bodies-file` line (in file order), else the one request of
+/// [`build_request`]. Arrival `k` (counted from 0 in schedule order, warmup included) sends
+/// `requests[k % requests.len()]`: see [`request_for`].
+pub fn build_requests(config: &LoadConfig) -> (Vec<Bytes>, Method) {
+    if config.bodies.is_empty() {
+        let (request, method) = build_request(config);
+        return (vec![request], method);
+    }
+    let requests = config
+        .bodies
+        .iter()
+        .map(|body| request_with_body(config, Some(body)).0)
+        .collect();
+    (requests, Method::Post)
+}
+
+/// The request arrival `k` sends: bodies rotate in file order, whatever the seed.
+pub fn request_for(requests: &[Bytes], k: u64) -> Bytes {
+    requests[(k % requests.len() as u64) as usize].clone()
+}
+
+fn request_with_body(config: &LoadConfig, body: Option<&[u8]>) -> (Bytes, Method) {
     let has = |name: &str| {
         config
             .headers
             .iter()
             .any(|(k, _)| k.eq_ignore_ascii_case(name))
     };
-    let (method, verb) = match config.body {
+    let (method, verb) = match body {
         Some(_) => (Method::Post, "POST"),
         None => (Method::Get, "GET"),
     };
-    let mut out = Vec::with_capacity(256 + config.body.as_ref().map_or(0, Vec::len));
+    let mut out = Vec::with_capacity(256 + body.map_or(0, <[u8]>::len));
     out.extend_from_slice(format!("{verb} {} HTTP/1.1\r\n", config.target.path).as_bytes());
     if !has("host") {
         push_header(&mut out, b"host", config.target.authority.as_bytes());
     }
-    if let Some(body) = &config.body {
+    if let Some(body) = body {
         if !has("content-type") {
             push_header(&mut out, b"content-type", b"application/json");
         }
@@ -126,7 +151,7 @@ pub fn build_request(config: &LoadConfig) -> (Bytes, Method) {
         push_header(&mut out, k.as_bytes(), v.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
-    if let Some(body) = &config.body {
+    if let Some(body) = body {
         out.extend_from_slice(body);
     }
     (Bytes::from(out), method)
@@ -139,10 +164,10 @@ async fn drive(
 ) -> Result<Report, LoadError> {
     let pool = Pool::new(addr, config.max_connections, config.max_idle);
     pool.prefill(config.connections).await?;
-    let (request, method) = build_request(config);
+    let (requests, method) = build_requests(config);
     let state = Rc::new(RunState {
         pool: Rc::clone(&pool),
-        request,
+        requests,
         method,
         timeout: config.timeout,
         recorder: RefCell::new(Recorder::new()?),
@@ -161,13 +186,16 @@ async fn drive(
     let start = Instant::now() + Duration::from_millis(5);
     let arrivals = pacer::start(schedule, start, config.warmup).map_err(LoadError::Pacer)?;
     let mut batch = Vec::new();
+    let mut k = 0u64;
     while arrivals.next_batch(&mut batch).await {
         for due in batch.drain(..) {
             state.recorder.borrow_mut().sent(due.measured);
             let n = state.in_flight.get() + 1;
             state.in_flight.set(n);
             state.peak_in_flight.set(state.peak_in_flight.get().max(n));
-            monoio::spawn(one_request(Rc::clone(&state), due));
+            let request = request_for(&state.requests, k);
+            k += 1;
+            monoio::spawn(one_request(Rc::clone(&state), due, request));
         }
     }
     // Every task ends within its timeout; wait for the stragglers.
@@ -193,14 +221,21 @@ async fn drive(
 }
 
 /// One scheduled request, from taking a connection to recording its outcome.
-async fn one_request(state: Rc<RunState>, due: Due) {
+async fn one_request(state: Rc<RunState>, due: Due, request: Bytes) {
     let sent_at = Cell::new(None);
-    let outcome = monoio::time::timeout(state.timeout, attempt(&state, &sent_at))
+    let body = Cell::new(Vec::new());
+    let outcome = monoio::time::timeout(state.timeout, attempt(&state, request, &sent_at, &body))
         .await
         .unwrap_or(Outcome::Timeout);
     let done = Instant::now();
     {
+        // After `done`: reading the usage is not part of the latency.
+        let usage = match outcome {
+            Outcome::Ok => parse_usage(&body.take()),
+            _ => None,
+        };
         let mut rec = state.recorder.borrow_mut();
+        rec.usage(due.measured, usage);
         if let Some(t) = sent_at.get() {
             rec.send_lag(due.measured, t.saturating_duration_since(due.at));
         }
@@ -213,19 +248,26 @@ async fn one_request(state: Rc<RunState>, due: Due) {
     state.in_flight.set(state.in_flight.get().saturating_sub(1));
 }
 
-/// Takes a connection, sends, reads the response. Dropped on timeout, which closes the connection.
-async fn attempt(state: &Rc<RunState>, sent_at: &Cell<Option<Instant>>) -> Outcome {
+/// Takes a connection, sends, reads the response (a 2xx body is left in `body`). Dropped on
+/// timeout, which closes the connection.
+async fn attempt(
+    state: &Rc<RunState>,
+    request: Bytes,
+    sent_at: &Cell<Option<Instant>>,
+    body: &Cell<Vec<u8>>,
+) -> Outcome {
     let mut lease = match state.pool.acquire().await {
         Ok(lease) => lease,
         Err(_) => return Outcome::Connect,
     };
     sent_at.set(Some(Instant::now()));
-    match lease.exchange(state.request.clone(), state.method).await {
+    match lease.exchange(request, state.method).await {
         Ok(response) => {
             if response.reusable {
                 lease.release();
             }
             if (200..300).contains(&response.status) {
+                body.set(response.body);
                 Outcome::Ok
             } else {
                 Outcome::Status(response.status)
@@ -282,5 +324,48 @@ mod tests {
         let (req, method) = build_request(&cfg);
         assert_eq!(method, Method::Get);
         assert_eq!(&req[..], b"GET / HTTP/1.1\r\nHost: other\r\n\r\n");
+        let (reqs, _) = build_requests(&cfg);
+        assert_eq!(reqs, vec![req], "no bodies file: the one request");
+    }
+
+    #[test]
+    fn bodies_rotate_in_file_order() {
+        let mut cfg = parse_load_args(
+            ["--url", "http://h:1/v", "--rate", "1"]
+                .iter()
+                .map(|s| s.to_string()),
+        )
+        .unwrap()
+        .config;
+        cfg.bodies = vec![b"{\"n\":0}".to_vec(), b"{\"n\":1}".to_vec(), b"[]".to_vec()];
+        let (reqs, method) = build_requests(&cfg);
+        assert_eq!(method, Method::Post);
+        assert_eq!(reqs.len(), 3);
+        assert_eq!(
+            &reqs[2][..],
+            b"POST /v HTTP/1.1\r\nhost: h:1\r\ncontent-type: application/json\r\n\
+              content-length: 2\r\n\r\n[]"
+        );
+        let tail = |r: Bytes| {
+            String::from_utf8(r.to_vec())
+                .unwrap()
+                .split("\r\n\r\n")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let sent: Vec<String> = (0..7).map(|k| tail(request_for(&reqs, k))).collect();
+        assert_eq!(
+            sent,
+            [
+                "{\"n\":0}",
+                "{\"n\":1}",
+                "[]",
+                "{\"n\":0}",
+                "{\"n\":1}",
+                "[]",
+                "{\"n\":0}"
+            ]
+        );
     }
 }

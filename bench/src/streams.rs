@@ -345,6 +345,7 @@ fn request(config: &StreamsConfig) -> Bytes {
         duration: Duration::ZERO,
         warmup: Duration::ZERO,
         body: Some(config.body.clone()),
+        bodies: Vec::new(),
         headers: config.headers.clone(),
         connections: 0,
         max_connections: 1,
