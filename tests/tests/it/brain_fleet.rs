@@ -193,11 +193,13 @@ fn hot_prompt_prefix_hash_p99_past_20_s_cost_model_under_half_a_second() {
         "prefix_hash p99 {:.3}",
         hash.ttft(0.99)
     );
+    // Every request counts, warm-up included (0.344 s with this seed; the first ~1.6 s, while
+    // the prompt is computed on a second and third replica, is the tail).
     assert!(
-        steady[1].ttft(0.99) < 0.5,
-        "cost_model steady p99 {:.3} s (every request: {:.3} s)",
-        steady[1].ttft(0.99),
-        cost.ttft(0.99)
+        cost.ttft(0.99) < 0.5,
+        "cost_model p99 {:.3} s (after warm-up: {:.3} s)",
+        cost.ttft(0.99),
+        steady[1].ttft(0.99)
     );
     assert_eq!(cost.bound_violations(), 0);
 }
