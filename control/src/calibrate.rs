@@ -636,6 +636,10 @@ pub fn run(o: &CalibrateOptions) -> Result<Report, CalibrateError> {
         why,
     })?;
     let mut ids = TokenIds::new(o.seed);
+    // One unmeasured request first: an engine's first request pays one-time costs (lazy
+    // initialization and cold caches; graph capture on a GPU) that belong to no probe.
+    complete(&engine, &model, &ids.take(block_size.max(1)))?;
+    settle(&engine, Some(first.ttft_count + 1.0))?;
     let rows = probes
         .iter()
         .map(|&p| measure(&engine, &model, p, &mut ids))
