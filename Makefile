@@ -2,14 +2,14 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test fmt lint unit doc loom build fixtures
+.PHONY: demo test fmt lint unit sdk doc loom build fixtures
 
 ## A gateway in front of three in-process engines, exercised end to end.
 demo:
 	$(CARGO) run --quiet -p inferrail-control --bin inferrail -- demo
 
 ## The whole test suite, exactly as CI runs it.
-test: fmt lint unit doc loom
+test: fmt lint unit sdk doc loom
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -25,6 +25,19 @@ fixtures:
 unit: fixtures
 	$(CARGO) build --workspace --bins
 	INFERRAIL_REQUIRE_FIXTURES=1 $(CARGO) nextest run --workspace --no-fail-fast
+
+## The official `openai` Python SDK against the simulator and the gateway (bench/sdk/README.md).
+## Needs the binaries (`unit` builds them; set INFERRAIL_BIN_DIR to use others) and python3-venv.
+SDK_VENV ?= target/sdk-venv
+SDK_REQ := bench/sdk/requirements.txt
+sdk:
+	@$(SDK_VENV)/bin/python -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(SDK_VENV)
+	@h=$$(sha256sum $(SDK_REQ) | cut -d' ' -f1); \
+	if [ "$$(cat $(SDK_VENV)/.requirements.sha256 2>/dev/null)" != "$$h" ]; then \
+	  $(SDK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(SDK_REQ) && \
+	  echo "$$h" > $(SDK_VENV)/.requirements.sha256; \
+	fi
+	PYTHONDONTWRITEBYTECODE=1 $(SDK_VENV)/bin/python -m pytest -q bench/sdk
 
 doc:
 	$(CARGO) test --workspace --doc

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+pub mod arrivals;
 mod conn;
 mod pacer;
 mod pool;
@@ -20,6 +21,7 @@ pub mod run;
 pub mod schedule;
 mod sse;
 pub mod streams;
+pub mod workload;
 
 pub use args::{parse_load_args, ArgsError, LoadArgs, LoadConfig, Target, LOAD_USAGE};
 pub use report::Report;

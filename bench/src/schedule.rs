@@ -25,14 +25,21 @@ impl Arrivals {
 }
 
 /// SplitMix64: a tiny, well-mixed 64-bit generator. Good enough for arrival gaps, and it makes
-/// the schedule reproducible from one `u64` seed without another dependency.
+/// the schedule reproducible from one `u64` seed without another dependency. Also the generator
+/// of the other arrival kinds (`arrivals`) and of the workloads (`workload`).
 #[derive(Debug, Clone)]
-struct SplitMix64 {
+pub(crate) struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
+    /// A generator whose whole output is determined by `seed`.
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
+        SplitMix64 { state: seed }
+    }
+
+    /// The next 64 uniformly distributed bits.
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -41,8 +48,18 @@ impl SplitMix64 {
     }
 
     /// Uniform in `[0, 1)` with 53 bits of precision.
-    fn next_unit(&mut self) -> f64 {
+    pub(crate) fn next_unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0). Multiply-shift: the bias is below `n / 2^64`.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+
+    /// Uniform in `lo..=hi` (`lo` when `hi < lo`).
+    pub(crate) fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi.saturating_sub(lo).saturating_add(1))
     }
 }
 
@@ -76,7 +93,7 @@ impl Schedule {
         let mut schedule = Schedule {
             kind,
             rate,
-            rng: SplitMix64 { state: seed },
+            rng: SplitMix64::new(seed),
             index: 0,
             next_ns: 0.0,
             end_ns: if rate > 0.0 {
