@@ -215,33 +215,38 @@ pub struct SseResponse {
     pub events: crate::sse::SseSummary,
 }
 
+/// Receives a response as it arrives, for callers that time what they see (streams).
+pub trait BodySink {
+    /// The final (non-1xx) response head, as soon as it is complete.
+    fn head(&mut self, head: &ResponseHead);
+    /// The next body bytes (de-chunked), as soon as they were read.
+    fn body(&mut self, bytes: &[u8]);
+}
+
+/// How a streamed exchange ended when a complete response arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streamed {
+    /// The final (non-1xx) status code.
+    pub status: u16,
+    /// The connection may carry another request.
+    pub reusable: bool,
+}
+
 impl Conn {
-    /// Writes `request` and reads a response whose body may be a chunked `text/event-stream`,
-    /// parsing its SSE events as the bytes arrive (not once the body is whole), so the time of
-    /// the first event and of `data: [DONE]` are those a streaming client sees.
-    pub async fn exchange_sse(
+    /// Writes `request` and reads the response to its end, handing the head and then the body
+    /// bytes to `sink` as they arrive (not once the body is whole).
+    pub async fn exchange_streaming(
         &mut self,
         request: Bytes,
         method: Method,
-    ) -> Result<SseResponse, ExchangeError> {
-        use std::time::Instant;
+        sink: &mut impl BodySink,
+    ) -> Result<Streamed, ExchangeError> {
         let (written, _) = self.stream.write_all(request).await;
         written?;
         self.buf.clear();
         let (head, used) = self.read_head(method).await?;
-        let mut scanner = crate::sse::SseScanner::new();
-        let mut first_event = None;
-        let mut done_at = None;
-        let mut note = |scanner: &crate::sse::SseScanner| {
-            let s = scanner.summary();
-            if first_event.is_none() && s.events > 0 {
-                first_event = Some(Instant::now());
-            }
-            if done_at.is_none() && s.done {
-                done_at = Some(Instant::now());
-            }
-        };
-        match head.framing {
+        sink.head(&head);
+        let clean = match head.framing {
             BodyFraming::Chunked => {
                 let mut decoder = ChunkedDecoder::new();
                 let mut payload = Vec::new();
@@ -249,10 +254,9 @@ impl Conn {
                 loop {
                     payload.clear();
                     let progress = decoder.feed(&self.buf[start..], Some(&mut payload))?;
-                    scanner.feed(&payload);
-                    note(&scanner);
+                    sink.body(&payload);
                     if progress.done {
-                        break;
+                        break start + progress.consumed == self.buf.len();
                     }
                     self.buf.clear();
                     self.read_more().await?;
@@ -266,11 +270,10 @@ impl Conn {
                 loop {
                     let have = (self.buf.len() - start) as u64;
                     let take = have.min(remaining) as usize;
-                    scanner.feed(&self.buf[start..start + take]);
-                    note(&scanner);
+                    sink.body(&self.buf[start..start + take]);
                     remaining -= take as u64;
                     if remaining == 0 {
-                        break;
+                        break have == take as u64;
                     }
                     self.buf.clear();
                     self.read_more().await?;
@@ -280,22 +283,61 @@ impl Conn {
             BodyFraming::UntilClose => {
                 let mut start = used;
                 loop {
-                    scanner.feed(&self.buf[start..]);
-                    note(&scanner);
+                    sink.body(&self.buf[start..]);
                     self.buf.clear();
                     start = 0;
                     if self.read_some().await? == 0 {
-                        break;
+                        break false;
                     }
                 }
             }
-        }
-        scanner.finish();
-        Ok(SseResponse {
+        };
+        Ok(Streamed {
             status: head.status,
-            first_event,
-            done_at,
-            events: scanner.summary(),
+            reusable: !head.close && clean,
         })
+    }
+
+    /// Writes `request` and reads a response whose body may be a chunked `text/event-stream`,
+    /// parsing its SSE events as the bytes arrive (not once the body is whole), so the time of
+    /// the first event and of `data: [DONE]` are those a streaming client sees.
+    pub async fn exchange_sse(
+        &mut self,
+        request: Bytes,
+        method: Method,
+    ) -> Result<SseResponse, ExchangeError> {
+        let mut sink = SseTimes::default();
+        let streamed = self.exchange_streaming(request, method, &mut sink).await?;
+        sink.scanner.finish();
+        Ok(SseResponse {
+            status: streamed.status,
+            first_event: sink.first_event,
+            done_at: sink.done_at,
+            events: sink.scanner.summary(),
+        })
+    }
+}
+
+/// The sink of [`Conn::exchange_sse`]: scans events and notes when the first one and
+/// `[DONE]` arrived.
+#[derive(Debug, Default)]
+struct SseTimes {
+    scanner: crate::sse::SseScanner,
+    first_event: Option<std::time::Instant>,
+    done_at: Option<std::time::Instant>,
+}
+
+impl BodySink for SseTimes {
+    fn head(&mut self, _: &ResponseHead) {}
+
+    fn body(&mut self, bytes: &[u8]) {
+        self.scanner.feed(bytes);
+        let s = self.scanner.summary();
+        if self.first_event.is_none() && s.events > 0 {
+            self.first_event = Some(std::time::Instant::now());
+        }
+        if self.done_at.is_none() && s.done {
+            self.done_at = Some(std::time::Instant::now());
+        }
     }
 }

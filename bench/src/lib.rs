@@ -22,6 +22,7 @@ pub mod schedule;
 mod sse;
 pub mod streams;
 pub mod workload;
+pub mod workload_run;
 
 pub use args::{parse_load_args, ArgsError, LoadArgs, LoadConfig, Target, LOAD_USAGE};
 pub use report::Report;
@@ -32,3 +33,4 @@ pub use streams::{
     parse_streams_args, run_streams, StreamsArgs, StreamsConfig, StreamsError, StreamsReport,
     STREAMS_USAGE,
 };
+pub use workload_run::{parse_run_args, run_workload, RunArgs, RunConfig, RunReport, RUN_USAGE};

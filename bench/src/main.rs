@@ -1,22 +1,26 @@
 //! `inferrail-bench`: the benchmark harness's command line: `load` (open-loop requests at a
-//! rate) and `streams` (N concurrent SSE streams released at once).
+//! rate), `run` (a named workload open loop, streamed and measured) and `streams` (N concurrent
+//! SSE streams released at once).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 use std::process::ExitCode;
 
 use inferrail_bench::{
-    parse_load_args, parse_streams_args, run, run_streams, ArgsError, LOAD_USAGE, STREAMS_USAGE,
+    parse_load_args, parse_run_args, parse_streams_args, run, run_streams, run_workload, ArgsError,
+    LOAD_USAGE, RUN_USAGE, STREAMS_USAGE,
 };
 
 const USAGE: &str = "\
 usage: inferrail-bench load --url URL --rate R [options]          (load --help for more)
+       inferrail-bench run --url URL --workload W --rate R [options] (run --help for more)
        inferrail-bench streams --url URL --streams N [options]    (streams --help for more)";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
         Some("load") => load(args),
+        Some("run") => run_cmd(args),
         Some("streams") => streams(args),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -54,6 +58,29 @@ fn load(args: impl Iterator<Item = String>) -> ExitCode {
     };
     println!("{report}");
     write_json(parsed.json.as_deref(), &report, "load")
+}
+
+fn run_cmd(args: impl Iterator<Item = String>) -> ExitCode {
+    let parsed = match parse_run_args(args) {
+        Ok(parsed) => parsed,
+        Err(ArgsError::Help) => {
+            print!("{RUN_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("inferrail-bench run: {e}\n\n{RUN_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match run_workload(&parsed.config) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("inferrail-bench run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{report}");
+    write_json(parsed.json.as_deref(), &report, "run")
 }
 
 fn streams(args: impl Iterator<Item = String>) -> ExitCode {

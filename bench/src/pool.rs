@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use inferrail_wire::Method;
 
-use crate::conn::{Conn, ExchangeError, Response};
+use crate::conn::{BodySink, Conn, ExchangeError, Response, Streamed};
 
 /// What a waiting request is handed.
 #[derive(Debug)]
@@ -248,6 +248,19 @@ impl Lease {
         match self.conn.as_mut() {
             Some(conn) => conn.exchange(request, method).await,
             // `release` consumes the lease, so the connection is always here.
+            None => Err(io::Error::other("lease already released").into()),
+        }
+    }
+
+    /// Runs one streamed exchange on the borrowed connection (see [`Conn::exchange_streaming`]).
+    pub async fn exchange_streaming(
+        &mut self,
+        request: Bytes,
+        method: Method,
+        sink: &mut impl BodySink,
+    ) -> Result<Streamed, ExchangeError> {
+        match self.conn.as_mut() {
+            Some(conn) => conn.exchange_streaming(request, method, sink).await,
             None => Err(io::Error::other("lease already released").into()),
         }
     }

@@ -82,7 +82,11 @@ pub fn run(config: &LoadConfig) -> Result<Report, LoadError> {
 }
 
 fn resolve(config: &LoadConfig) -> Result<SocketAddr, LoadError> {
-    let t = &config.target;
+    resolve_target(&config.target)
+}
+
+/// The first socket address of the target's host and port.
+pub(crate) fn resolve_target(t: &crate::args::Target) -> Result<SocketAddr, LoadError> {
     let err = |source| LoadError::Resolve {
         host: t.host.clone(),
         port: t.port,
@@ -122,20 +126,26 @@ pub fn request_for(requests: &[Bytes], k: u64) -> Bytes {
 }
 
 fn request_with_body(config: &LoadConfig, body: Option<&[u8]>) -> (Bytes, Method) {
-    let has = |name: &str| {
-        config
-            .headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case(name))
-    };
+    http_request(&config.target, &config.target.path, &config.headers, body)
+}
+
+/// A complete request to `path` on `target`: a GET, or a JSON POST when a body is given, with
+/// `host`, `content-type` and `content-length` unless `headers` set them, then `headers`.
+pub(crate) fn http_request(
+    target: &crate::args::Target,
+    path: &str,
+    headers: &[(String, String)],
+    body: Option<&[u8]>,
+) -> (Bytes, Method) {
+    let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
     let (method, verb) = match body {
         Some(_) => (Method::Post, "POST"),
         None => (Method::Get, "GET"),
     };
     let mut out = Vec::with_capacity(256 + body.map_or(0, <[u8]>::len));
-    out.extend_from_slice(format!("{verb} {} HTTP/1.1\r\n", config.target.path).as_bytes());
+    out.extend_from_slice(format!("{verb} {path} HTTP/1.1\r\n").as_bytes());
     if !has("host") {
-        push_header(&mut out, b"host", config.target.authority.as_bytes());
+        push_header(&mut out, b"host", target.authority.as_bytes());
     }
     if let Some(body) = body {
         if !has("content-type") {
@@ -147,7 +157,7 @@ fn request_with_body(config: &LoadConfig, body: Option<&[u8]>) -> (Bytes, Method
             body.len().to_string().as_bytes(),
         );
     }
-    for (k, v) in &config.headers {
+    for (k, v) in headers {
         push_header(&mut out, k.as_bytes(), v.as_bytes());
     }
     out.extend_from_slice(b"\r\n");

@@ -51,12 +51,18 @@ impl SseScanner {
 
     /// Consumes the next bytes of the (de-chunked) body.
     pub fn feed(&mut self, bytes: &[u8]) {
+        self.feed_events(bytes, &mut |_| {});
+    }
+
+    /// As [`SseScanner::feed`], and hands each event's data (its `data:` lines joined with `\n`,
+    /// `[DONE]` included) to `on_event` as the event ends.
+    pub fn feed_events(&mut self, bytes: &[u8], on_event: &mut impl FnMut(&[u8])) {
         for &b in bytes {
             match b {
                 b'\n' if self.after_cr => self.after_cr = false,
                 b'\n' | b'\r' => {
                     self.after_cr = b == b'\r';
-                    self.end_line();
+                    self.end_line(on_event);
                 }
                 _ => {
                     self.after_cr = false;
@@ -76,9 +82,9 @@ impl SseScanner {
         self.has_data = false;
     }
 
-    fn end_line(&mut self) {
+    fn end_line(&mut self, on_event: &mut impl FnMut(&[u8])) {
         if self.line.is_empty() {
-            self.end_event();
+            self.end_event(on_event);
             return;
         }
         let line = std::mem::take(&mut self.line);
@@ -100,10 +106,11 @@ impl SseScanner {
         self.line.clear();
     }
 
-    fn end_event(&mut self) {
+    fn end_event(&mut self, on_event: &mut impl FnMut(&[u8])) {
         if !self.has_data {
             return;
         }
+        on_event(&self.data);
         let s = &mut self.summary;
         if s.done {
             s.after_done += 1;

@@ -28,7 +28,7 @@ const MODEL: &str = "sim-llama";
 pub fn demo_config(urls: &[String]) -> String {
     let mut yaml = format!(
         "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  shutdown_timeout: 2s\n\
-         models:\n  - name: {MODEL}\n    aliases: [llama]\n    policy: least_request\n\
+         models:\n  - name: {MODEL}\n    aliases: [llama]\n    policy: cost_model\n    tokenizer: builtin:sim\n    block_size: 16\n\
          retry:\n  max_attempts: 3\n  backoff: 10ms\nreplicas:\n"
     );
     for (i, url) in urls.iter().enumerate() {
@@ -65,28 +65,45 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         println!("  engine-{i} {u}  (inferrail-sim: vLLM V1 scheduler, prefix cache, 8B-class latency model)");
     }
 
-    println!("\n1. {requests} chat requests at once, policy least_request, model named by alias `llama`:");
-    let body =
-        br#"{"model":"llama","messages":[{"role":"user","content":"Hello!"}],"max_tokens":6}"#;
-    let handles: Vec<_> = (0..requests)
-        .map(|i| {
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body));
-                (i, r, t.elapsed())
-            })
-        })
-        .collect();
-    for h in handles {
-        let Ok((i, r, took)) = h.join() else { continue };
-        let r = r.map_err(DemoError::Request)?;
+    println!(
+        "\n1. {requests} chats over three shared system prompts, policy cost_model, model named by alias \
+         `llama`: once a prompt is cached somewhere, its requests go there (the gateway predicts \
+         the engine's cache exactly):"
+    );
+    let systems = [
+        "You are a careful code reviewer.",
+        "You are a travel planner.",
+        "You answer in haiku.",
+    ]
+    .map(|s| {
+        format!(
+            "{s} {}",
+            "Keep every answer short, precise and kind to the reader. ".repeat(8)
+        )
+    });
+    for i in 0..requests {
+        let body = serde_json::json!({"model": "llama", "max_tokens": 6, "messages": [
+            {"role": "system", "content": systems[i % systems.len()]},
+            {"role": "user", "content": format!("Question number {i}, please.")}]})
+        .to_string();
+        let t = Instant::now();
+        let r = call(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(body.as_bytes()),
+        )
+        .map_err(DemoError::Request)?;
         let usage: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
         println!(
-            "   request {i:>2}: {} from {:<9} in {:>4} ms  prompt {} tokens, {} cached by the engine",
+            "   request {i:>2} (prompt {}): {} from {:<9} in {:>4} ms  {} tokens, {} predicted cached, {} cached by the engine",
+            ["A", "B", "C"][i % 3],
             r.status,
             r.header("x-inferrail-replica").unwrap_or("?"),
-            took.as_millis(),
+            t.elapsed().as_millis(),
             usage["usage"]["prompt_tokens"],
+            r.header("x-inferrail-cached-tokens").unwrap_or("?"),
             usage["usage"]["prompt_tokens_details"]["cached_tokens"]
         );
     }
@@ -114,6 +131,13 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         r.header("x-inferrail-replica").unwrap_or("?")
     );
 
+    // A prompt of its own per request: nothing cached anywhere, so idle replicas tie and the
+    // choice among them is random.
+    let hello = |i: usize| {
+        format!(
+            r#"{{"model":"llama","messages":[{{"role":"user","content":"Hello number {i}!"}}],"max_tokens":6}}"#
+        )
+    };
     println!("\n3. engine-1 crashes (stopped); requests routed to it retry on the others:");
     engines[1].stop();
     let retries = |gw: &Gateway| -> Result<String, DemoError> {
@@ -128,8 +152,14 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
     let before = retries(&gateway)?;
     // The policy picks at random among idle replicas: send until one request hit the dead engine.
     for i in 0..12 {
-        let r = call(addr, "POST", "/v1/chat/completions", &[], Some(body))
-            .map_err(DemoError::Request)?;
+        let r = call(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(hello(i).as_bytes()),
+        )
+        .map_err(DemoError::Request)?;
         let now = retries(&gateway)?;
         println!(
             "   request {i}: {} from {}{}",
@@ -159,7 +189,14 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
     let mut sent = 0;
     let mut state = ejected(&gateway)?;
     while state.is_none() && sent < 200 {
-        call(addr, "POST", "/v1/chat/completions", &[], Some(body)).map_err(DemoError::Request)?;
+        call(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(hello(100 + sent).as_bytes()),
+        )
+        .map_err(DemoError::Request)?;
         sent += 1;
         state = ejected(&gateway)?;
     }
