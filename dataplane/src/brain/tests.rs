@@ -342,12 +342,14 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
     let replicas: Arc<Vec<FleetReplica>> =
         Arc::new((0..REPLICAS).map(|_| FleetReplica::new()).collect());
     let facts = Arc::new(FleetFacts::new(Duration::from_secs(10)));
-    let commits = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    // Decisions that announced a route (before routing) and that finished routing.
+    let announced = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let completed = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let threads: Vec<_> = (0..CORES)
         .map(|core| {
             let replicas = replicas.clone();
             let facts = facts.clone();
-            let commits = commits.clone();
+            let (announced, completed) = (announced.clone(), completed.clone());
             std::thread::spawn(move || {
                 let params = BrainParams {
                     epsilon: 0.25,
@@ -358,7 +360,7 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                 let mut held: Vec<usize> = Vec::new();
                 let mut worst = 0i64;
                 for step in 0..3000 {
-                    let seen = commits.load(std::sync::atomic::Ordering::SeqCst);
+                    let done_before = completed.load(std::sync::atomic::Ordering::SeqCst);
                     let c: Vec<Candidate> = (0..REPLICAS)
                         .map(|r| cand(r, replicas[r].in_flight(), (r as u32) * 500, 0.0))
                         .collect();
@@ -372,11 +374,16 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                     };
                     let limit = guards::bound(params.epsilon, &c) as i64;
                     let d = decide(policy.as_mut(), &i, &c, &mut rng);
-                    // Announce, then route: every increment visible below was announced first.
-                    commits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // Announce, route, complete. An increment this decision did not see was routed
+                    // after the counters were read: its completion comes after `done_before` and
+                    // its announcement before `announced` is read below, so it is counted in
+                    // `others` (which may over-count, never under-count).
+                    announced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     replicas[d.winner].routed(0, 0.0);
                     let now_held = i64::from(replicas[d.winner].in_flight());
-                    let others = commits.load(std::sync::atomic::Ordering::SeqCst) - seen - 1;
+                    let others =
+                        announced.load(std::sync::atomic::Ordering::SeqCst) - done_before - 1;
+                    completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     worst = worst.max(now_held - limit - others);
                     held.push(d.winner);
                     // Finish a random earlier request now and then, keeping ~20 in flight.
