@@ -14,9 +14,11 @@
 pub mod args;
 pub mod arrivals;
 mod conn;
+pub mod harness;
 mod pacer;
 mod pool;
 pub mod report;
+pub mod report_md;
 pub mod run;
 pub mod schedule;
 mod sse;

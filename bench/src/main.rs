@@ -14,7 +14,10 @@ use inferrail_bench::{
 const USAGE: &str = "\
 usage: inferrail-bench load --url URL --rate R [options]          (load --help for more)
        inferrail-bench run --url URL --workload W --rate R [options] (run --help for more)
-       inferrail-bench streams --url URL --streams N [options]    (streams --help for more)";
+       inferrail-bench streams --url URL --streams N [options]    (streams --help for more)
+       inferrail-bench compare --workload W --rate R --policies a,b (compare --help for more)
+       inferrail-bench sweep FILE.toml [--jobs N] [--out DIR]     (sweep --help for more)
+       inferrail-bench report DIR [--out REPORT.md]              (report --help for more)";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -22,6 +25,9 @@ fn main() -> ExitCode {
         Some("load") => load(args),
         Some("run") => run_cmd(args),
         Some("streams") => streams(args),
+        Some("compare") => inferrail_bench::harness::cli::compare_main(args),
+        Some("sweep") => inferrail_bench::harness::cli::sweep_main(args),
+        Some("report") => report_cmd(args),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -125,4 +131,30 @@ fn write_json(
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `report DIR [--out REPORT.md]`: the Markdown report and its charts from result files.
+fn report_cmd(args: impl Iterator<Item = String>) -> ExitCode {
+    use inferrail_bench::report_md::{parse_report_args, write_report, REPORT_USAGE};
+    let parsed = match parse_report_args(args) {
+        Ok(parsed) => parsed,
+        Err(ArgsError::Help) => {
+            print!("{REPORT_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("inferrail-bench report: {e}\n\n{REPORT_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match write_report(&parsed) {
+        Ok(path) => {
+            println!("wrote {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("inferrail-bench report: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,91 @@
+//! The `compare` and `sweep` commands as `main` calls them: parse, run, print, exit code.
+
+use std::process::ExitCode;
+
+use super::compare::{compare, parse_compare_args, summary_table, COMPARE_USAGE};
+use super::exec::{Outcome, RunResult};
+use super::sweep::{parse_sweep_args, sweep, SWEEP_USAGE};
+use super::HarnessError;
+use crate::args::ArgsError;
+
+/// `inferrail-bench compare ...`.
+pub fn compare_main(args: impl Iterator<Item = String>) -> ExitCode {
+    let parsed = match parse_compare_args(args) {
+        Ok(parsed) => parsed,
+        Err(e) => return usage_error("compare", e, COMPARE_USAGE),
+    };
+    eprintln!(
+        "[harness] compare: {} runs into {}",
+        parsed.specs.len(),
+        parsed.out_dir.display()
+    );
+    finish("compare", compare(&parsed, true))
+}
+
+/// `inferrail-bench sweep FILE.toml ...`.
+pub fn sweep_main(args: impl Iterator<Item = String>) -> ExitCode {
+    let parsed = match parse_sweep_args(args) {
+        Ok(parsed) => parsed,
+        Err(e) => return usage_error("sweep", e, SWEEP_USAGE),
+    };
+    eprintln!(
+        "[harness] sweep {}: results in {} ({} at once)",
+        parsed.file.display(),
+        parsed.out_dir.display(),
+        parsed.jobs
+    );
+    finish("sweep", sweep(&parsed, true))
+}
+
+fn usage_error(cmd: &str, e: HarnessError, usage: &str) -> ExitCode {
+    match e {
+        HarnessError::Args(ArgsError::Help) => {
+            print!("{usage}");
+            ExitCode::SUCCESS
+        }
+        HarnessError::Args(e) => {
+            eprintln!("inferrail-bench {cmd}: {e}\n\n{usage}");
+            ExitCode::from(2)
+        }
+        e => {
+            eprintln!("inferrail-bench {cmd}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn finish(cmd: &str, outcome: Result<Outcome, HarnessError>) -> ExitCode {
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("inferrail-bench {cmd}: {e}");
+            return match e {
+                HarnessError::Toml { .. } | HarnessError::Spec(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            };
+        }
+    };
+    let skipped: Vec<RunResult> = outcome
+        .skipped
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok())
+        .filter_map(|b| serde_json::from_slice(&b).ok())
+        .collect();
+    let mut all: Vec<&RunResult> = outcome.ran.iter().map(|d| &d.result).collect();
+    all.extend(skipped.iter());
+    print!("{}", summary_table(&all));
+    println!(
+        "{} ran, {} skipped (result already there), {} failed",
+        outcome.ran.len(),
+        outcome.skipped.len(),
+        outcome.failed.len()
+    );
+    for (stem, e) in &outcome.failed {
+        eprintln!("inferrail-bench {cmd}: {stem}: {e}");
+    }
+    if outcome.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,394 @@
+//! A fleet: N fresh `inferrail-sim` engines and one `inferrail serve` gateway in front of them,
+//! all on 127.0.0.1 ports found free by binding port 0, all killed when the fleet is dropped
+//! (also while a panic unwinds).
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::HarnessError;
+
+/// The model name every simulator serves.
+pub const MODEL: &str = "sim-llama";
+/// Tokens per KV block, simulators and gateway alike.
+pub const BLOCK_SIZE: u32 = 16;
+/// How long a process gets to answer its health check.
+const UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Ports this process already handed out (so concurrent fleets never get the same one).
+static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// A free 127.0.0.1 port: bind port 0, read the port, release it.
+pub fn free_port() -> Result<u16, HarnessError> {
+    for _ in 0..64 {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map_err(HarnessError::Port)?
+            .port();
+        let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+        if taken.get_or_insert_with(HashSet::new).insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::Port(std::io::Error::other(
+        "the kernel keeps handing out ports already in use by this harness",
+    )))
+}
+
+/// Child processes that are killed (and reaped) when this guard is dropped.
+#[derive(Debug, Default)]
+pub struct ChildGuard {
+    children: Vec<(String, Child)>,
+}
+
+impl ChildGuard {
+    /// Takes ownership of a started child.
+    pub fn push(&mut self, name: String, child: Child) {
+        self.children.push((name, child));
+    }
+
+    /// Process ids of the children.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|(_, c)| c.id()).collect()
+    }
+
+    /// Fails when the named child has exited.
+    fn check_alive(&mut self, name: &str, log: &Path) -> Result<(), HarnessError> {
+        for (n, child) in &mut self.children {
+            if n == name {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(HarnessError::Exited {
+                        what: name.to_string(),
+                        status: status.to_string(),
+                        log: log.to_path_buf(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+        }
+        for (_, child) in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What a fleet is made of.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Directory holding `inferrail` and `inferrail-sim`.
+    pub bin_dir: PathBuf,
+    /// Simulators.
+    pub replicas: usize,
+    /// The gateway's policy.
+    pub policy: String,
+    /// `kv_capacity_blocks` for every replica in the gateway's config, if any.
+    pub kv_capacity_blocks: Option<u64>,
+    /// Extra simulator flags.
+    pub sim_args: Vec<String>,
+    /// Where the processes' logs and the gateway config go.
+    pub work_dir: PathBuf,
+}
+
+/// A running fleet; dropping it kills every process.
+#[derive(Debug)]
+pub struct Fleet {
+    guard: ChildGuard,
+    /// The gateway's data port.
+    pub gateway_port: u16,
+    /// The gateway's admin port (`/metrics`, `/admin/replicas`).
+    pub admin_port: u16,
+    /// The simulators' ports, replica `sim-i` at index i.
+    pub sim_ports: Vec<u16>,
+}
+
+/// Fails when `bin_dir/name` does not exist.
+pub fn binary(bin_dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
+    let path = bin_dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::MissingBinary(path))
+    }
+}
+
+impl Fleet {
+    /// Starts the simulators, waits for their `/health`, writes the gateway's YAML, starts the
+    /// gateway and waits until `/admin/replicas` shows every replica routable.
+    pub fn start(cfg: &FleetConfig) -> Result<Fleet, HarnessError> {
+        let sim_bin = binary(&cfg.bin_dir, "inferrail-sim")?;
+        let gw_bin = binary(&cfg.bin_dir, "inferrail")?;
+        std::fs::create_dir_all(&cfg.work_dir).map_err(|e| io_err(&cfg.work_dir, e))?;
+        let mut guard = ChildGuard::default();
+        let mut sim_ports = Vec::with_capacity(cfg.replicas);
+        for i in 0..cfg.replicas {
+            let port = free_port()?;
+            let mut cmd = Command::new(&sim_bin);
+            cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args([
+                    "--served-model-name",
+                    MODEL,
+                    "--enable-prompt-tokens-details",
+                ])
+                .args(["--seed", &i.to_string()])
+                .args(&cfg.sim_args);
+            let name = format!("sim-{i}");
+            guard.push(name.clone(), spawn(cmd, &name, &cfg.work_dir)?);
+            sim_ports.push(port);
+        }
+        for (i, port) in sim_ports.iter().enumerate() {
+            let name = format!("sim-{i}");
+            let log = cfg.work_dir.join(format!("{name}.log"));
+            wait_until(&mut guard, &name, &log, *port, |p| health(p, "/health"))?;
+        }
+        let gateway_port = free_port()?;
+        let admin_port = free_port()?;
+        let yaml = gateway_yaml(cfg, gateway_port, admin_port, &sim_ports);
+        let config = cfg.work_dir.join("gateway.yaml");
+        std::fs::write(&config, yaml).map_err(|e| io_err(&config, e))?;
+        let mut cmd = Command::new(&gw_bin);
+        cmd.arg("serve").arg("--config").arg(&config);
+        guard.push("gateway".into(), spawn(cmd, "gateway", &cfg.work_dir)?);
+        let log = cfg.work_dir.join("gateway.log");
+        wait_until(&mut guard, "gateway", &log, admin_port, |p| {
+            health(p, "/health")
+        })?;
+        wait_until(&mut guard, "gateway", &log, gateway_port, |p| {
+            health(p, "/health")
+        })?;
+        let replicas = cfg.replicas;
+        wait_until(&mut guard, "gateway", &log, admin_port, |p| {
+            all_routable(p, replicas)
+        })?;
+        Ok(Fleet {
+            guard,
+            gateway_port,
+            admin_port,
+            sim_ports,
+        })
+    }
+
+    /// Process ids (simulators, then the gateway).
+    pub fn pids(&self) -> Vec<u32> {
+        self.guard.pids()
+    }
+
+    /// Every port the fleet listens on.
+    pub fn ports(&self) -> Vec<u16> {
+        let mut all = self.sim_ports.clone();
+        all.extend([self.gateway_port, self.admin_port]);
+        all
+    }
+
+    /// Reads the counters a run reports on: the engines' prefix cache counters (summed) and the
+    /// gateway's finished requests per replica.
+    pub fn scrape(&self) -> Result<Counters, HarnessError> {
+        let mut counters = Counters::default();
+        for port in &self.sim_ports {
+            let text = get_ok(*port, "/metrics")?;
+            counters.prefix_cache_hits += counter_sum(&text, "vllm:prefix_cache_hits_total");
+            counters.prefix_cache_queries += counter_sum(&text, "vllm:prefix_cache_queries_total");
+        }
+        let text = get_ok(self.admin_port, "/metrics")?;
+        counters.requests_by_replica = by_label(&text, "inferrail_requests_total", "replica");
+        counters.requests_by_replica.remove("(none)");
+        Ok(counters)
+    }
+}
+
+/// Counters read from a fleet at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    /// `vllm:prefix_cache_hits_total`, summed over the engines (tokens).
+    pub prefix_cache_hits: f64,
+    /// `vllm:prefix_cache_queries_total`, summed over the engines (tokens).
+    pub prefix_cache_queries: f64,
+    /// `inferrail_requests_total` by replica (every model and outcome).
+    pub requests_by_replica: BTreeMap<String, f64>,
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> HarnessError {
+    HarnessError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn spawn(mut cmd: Command, name: &str, dir: &Path) -> Result<Child, HarnessError> {
+    let log_path = dir.join(format!("{name}.log"));
+    let log = File::create(&log_path).map_err(|e| io_err(&log_path, e))?;
+    let err = log.try_clone().map_err(|e| io_err(&log_path, e))?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err));
+    cmd.spawn().map_err(|source| HarnessError::Spawn {
+        what: name.to_string(),
+        source,
+    })
+}
+
+fn wait_until(
+    guard: &mut ChildGuard,
+    name: &str,
+    log: &Path,
+    port: u16,
+    ready: impl Fn(u16) -> bool,
+) -> Result<(), HarnessError> {
+    let start = Instant::now();
+    loop {
+        if ready(port) {
+            return Ok(());
+        }
+        guard.check_alive(name, log)?;
+        if start.elapsed() > UP_TIMEOUT {
+            return Err(HarnessError::NotUp {
+                what: name.to_string(),
+                port,
+                secs: UP_TIMEOUT.as_secs(),
+                log: log.to_path_buf(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn health(port: u16, path: &str) -> bool {
+    matches!(http_get(port, path), Ok((200, _)))
+}
+
+fn all_routable(port: u16, replicas: usize) -> bool {
+    let Ok((200, body)) = http_get(port, "/admin/replicas") else {
+        return false;
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
+        return false;
+    };
+    let rows = v["replicas"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    rows.len() == replicas && rows.iter().all(|r| r["routable"] == true)
+}
+
+/// The gateway's YAML for a fleet.
+pub fn gateway_yaml(cfg: &FleetConfig, port: u16, admin: u16, sims: &[u16]) -> String {
+    let mut y = format!(
+        "server:\n  listen: 127.0.0.1:{port}\n  admin_listen: 127.0.0.1:{admin}\n  cores: 1\n  \
+         request_timeout: 120s\nrouting:\n  seed: 42\nmodels:\n  - name: {MODEL}\n    \
+         policy: {}\n    tokenizer: builtin:sim\n    block_size: {BLOCK_SIZE}\nreplicas:\n",
+        cfg.policy
+    );
+    for (i, p) in sims.iter().enumerate() {
+        let _ = write!(
+            y,
+            "  - id: sim-{i}\n    url: http://127.0.0.1:{p}\n    models: [{MODEL}]\n"
+        );
+        if let Some(blocks) = cfg.kv_capacity_blocks {
+            let _ = writeln!(y, "    kv_capacity_blocks: {blocks}");
+        }
+    }
+    y
+}
+
+/// GET `path` on 127.0.0.1:`port`; the body when the status is 200.
+fn get_ok(port: u16, path: &str) -> Result<String, HarnessError> {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    match http_get(port, path) {
+        Ok((200, body)) => Ok(body),
+        Ok((status, _)) => Err(HarnessError::Http {
+            url,
+            reason: format!("status {status}"),
+        }),
+        Err(e) => Err(HarnessError::Http {
+            url,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// A minimal HTTP/1.1 GET (`Connection: close`, chunked bodies decoded): (status, body).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let mut body = raw[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body).ok_or_else(|| bad("bad chunked body"))?;
+    }
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&b[..eol]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..size)?);
+        b = b.get(size + 2..)?;
+    }
+}
+
+/// Sum of every sample of a Prometheus metric (any labels).
+pub fn counter_sum(text: &str, name: &str) -> f64 {
+    samples(text, name).map(|(_, v)| v).sum()
+}
+
+/// Samples of a metric summed by one label's value.
+pub fn by_label(text: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let key = format!("{label}=\"");
+    for (labels, v) in samples(text, name) {
+        if let Some(start) = labels.find(&key) {
+            let rest = &labels[start + key.len()..];
+            let value = rest.split('"').next().unwrap_or_default();
+            *out.entry(value.to_string()).or_insert(0.0) += v;
+        }
+    }
+    out
+}
+
+fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => r.rsplit_once('}')?,
+            None if rest.starts_with(' ') => ("", rest),
+            None => return None,
+        };
+        let v = value.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some((labels, v))
+    })
+}

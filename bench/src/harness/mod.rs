@@ -1,0 +1,117 @@
+//! Fair comparisons (issue 7): `compare` and `sweep` start a FRESH fleet (simulators and a
+//! gateway, from the built binaries) for every run, send the same requests at the same times to
+//! every policy (seeds derive from workload, rate and repetition only), and write one result file
+//! per run: the `run` report plus the engines' prefix cache counters and the gateway's requests
+//! per replica over the measured window.
+//!
+//! Modules: [`spec`] (run specs, sweep TOML, spec hash), [`fleet`] (processes and ports),
+//! [`exec`] (one run, many runs, resume), [`compare`], [`sweep`].
+
+pub mod cli;
+pub mod compare;
+pub mod exec;
+pub mod fleet;
+pub mod spec;
+pub mod sweep;
+
+use std::path::PathBuf;
+
+use crate::args::ArgsError;
+use crate::run::LoadError;
+
+pub use compare::{compare, parse_compare_args, summary_table, CompareArgs, COMPARE_USAGE};
+pub use exec::{execute, run_one, Engines, ExecOptions, Gateway, Outcome, RunDone, RunResult};
+pub use spec::{expand, parse_sweep, spec_hash, RunSpec, Settings, SweepFile};
+pub use sweep::{load_sweep, parse_sweep_args, sweep, SweepArgs, SWEEP_USAGE};
+
+/// What can go wrong in a harness command; every message is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// A bad command line.
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// A spec value out of range (the message names where it came from).
+    #[error("{0}")]
+    Spec(String),
+    /// A sweep file that does not parse or has a bad key.
+    #[error("{file}: {}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
+    Toml {
+        /// The file.
+        file: String,
+        /// The key's path (`points[1].overrides.durtion`), empty when unknown.
+        path: String,
+        /// What is wrong, with its line.
+        message: String,
+    },
+    /// A binary the fleet needs is not there.
+    #[error("binary {} not found (build it with `cargo build --workspace --bins`, or pass --bin-dir)", .0.display())]
+    MissingBinary(PathBuf),
+    /// The binary directory could not be found.
+    #[error("cannot locate the binaries' directory: {0}")]
+    BinDir(std::io::Error),
+    /// A process could not be started.
+    #[error("starting {what}: {source}")]
+    Spawn {
+        /// Which process.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A process did not answer its health check in time.
+    #[error("{what} on 127.0.0.1:{port} did not come up within {secs} s (log: {})", .log.display())]
+    NotUp {
+        /// Which process.
+        what: String,
+        /// The port polled.
+        port: u16,
+        /// The time allowed.
+        secs: u64,
+        /// Its log.
+        log: PathBuf,
+    },
+    /// A process exited before it came up.
+    #[error("{what} exited before coming up ({status}; log: {})", .log.display())]
+    Exited {
+        /// Which process.
+        what: String,
+        /// Its exit status.
+        status: String,
+        /// Its log.
+        log: PathBuf,
+    },
+    /// No free port could be found.
+    #[error("no free port on 127.0.0.1: {0}")]
+    Port(std::io::Error),
+    /// Reading a fleet's metrics failed.
+    #[error("GET {url}: {reason}")]
+    Http {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The load itself failed.
+    #[error("run {stem}: {source}")]
+    Load {
+        /// The run's file stem.
+        stem: String,
+        /// Why.
+        source: LoadError,
+    },
+    /// A file could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The directory of the running executable (`target/<profile>` for a cargo-built binary).
+pub fn default_bin_dir() -> Result<PathBuf, HarnessError> {
+    let exe = std::env::current_exe().map_err(HarnessError::BinDir)?;
+    exe.parent()
+        .map(PathBuf::from)
+        .ok_or_else(|| HarnessError::BinDir(std::io::Error::other("executable has no parent")))
+}

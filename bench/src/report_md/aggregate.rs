@@ -1,0 +1,182 @@
+//! Grouping result files by workload, rate and policy, and folding repetitions into their
+//! median with the range. Every map is a `BTreeMap`, so iteration order is fixed.
+
+use std::collections::BTreeMap;
+
+use super::load::Loaded;
+
+/// A rate as a map key: millirequests per second, rounded.
+pub type RateKey = u64;
+
+/// `rate` as a [`RateKey`].
+pub fn rate_key(rate: f64) -> RateKey {
+    // `as` saturates; rates were checked finite and non-negative on load.
+    (rate * 1000.0).round() as u64
+}
+
+/// Req/s of a [`RateKey`].
+pub fn rate_of(key: RateKey) -> f64 {
+    key as f64 / 1000.0
+}
+
+/// Repetitions of one figure: median, smallest, largest and how many.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Agg {
+    /// Median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Values.
+    pub n: usize,
+}
+
+impl Agg {
+    /// The median and range of `values` (`None` when empty).
+    pub fn of(values: &[f64]) -> Option<Agg> {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let (first, last) = (*v.first()?, *v.last()?);
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Agg {
+            median,
+            min: first,
+            max: last,
+            n,
+        })
+    }
+}
+
+/// One policy at one workload and rate, repetitions folded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyPoint {
+    /// Repetition numbers seen, sorted.
+    pub reps: Vec<u64>,
+    /// TTFT p50, s.
+    pub ttft_p50_s: Agg,
+    /// TTFT p99, s.
+    pub ttft_p99_s: Agg,
+    /// TPOT p50, ms.
+    pub tpot_p50_ms: Agg,
+    /// Goodput, req/s.
+    pub goodput: Agg,
+    /// Engine prefix-cache hit rate (`None` when no repetition had engine counters).
+    pub engine_hit_rate: Option<Agg>,
+    /// Usage prefix hit rate (`cached_tokens / prompt_tokens`).
+    pub usage_hit_rate: Agg,
+    /// Busiest replica's share.
+    pub busiest_share: Agg,
+    /// Requests that did not complete.
+    pub errors: Agg,
+}
+
+/// Policy name → point.
+pub type Policies = BTreeMap<String, PolicyPoint>;
+/// Rate → policies.
+pub type Rates = BTreeMap<RateKey, Policies>;
+
+/// Everything, by workload, rate and policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    /// Workload → rate → policy → point.
+    pub workloads: BTreeMap<String, Rates>,
+}
+
+impl Table {
+    /// The rates of `workload`, ascending.
+    pub fn rates(&self, workload: &str) -> Vec<RateKey> {
+        self.workloads
+            .get(workload)
+            .map(|r| r.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The policy point at `workload`, `rate`, `policy`.
+    pub fn get(&self, workload: &str, rate: RateKey, policy: &str) -> Option<&PolicyPoint> {
+        self.workloads.get(workload)?.get(&rate)?.get(policy)
+    }
+
+    /// Every policy seen in `workload`, sorted.
+    pub fn policies(&self, workload: &str) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .workloads
+            .get(workload)
+            .into_iter()
+            .flat_map(|r| r.values())
+            .flat_map(|p| p.keys().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+}
+
+/// Groups `files` and folds their repetitions.
+pub fn aggregate(files: &[Loaded]) -> Table {
+    let mut groups: BTreeMap<(String, RateKey, String), Vec<&Loaded>> = BTreeMap::new();
+    for f in files {
+        let s = &f.file.spec;
+        groups
+            .entry((s.workload.clone(), rate_key(s.rate), s.policy.clone()))
+            .or_default()
+            .push(f);
+    }
+    let mut table = Table::default();
+    for ((workload, rate, policy), reps) in groups {
+        let Some(point) = fold(&reps) else { continue };
+        table
+            .workloads
+            .entry(workload)
+            .or_default()
+            .entry(rate)
+            .or_default()
+            .insert(policy, point);
+    }
+    table
+}
+
+fn fold(reps: &[&Loaded]) -> Option<PolicyPoint> {
+    let of = |f: &dyn Fn(&Loaded) -> f64| -> Option<Agg> {
+        Agg::of(&reps.iter().map(|l| f(l)).collect::<Vec<f64>>())
+    };
+    let engine: Vec<f64> = reps
+        .iter()
+        .filter_map(|l| l.file.engines.map(|e| e.hit_rate))
+        .collect();
+    let mut rep_ids: Vec<u64> = reps.iter().map(|l| l.file.spec.rep).collect();
+    rep_ids.sort_unstable();
+    Some(PolicyPoint {
+        reps: rep_ids,
+        ttft_p50_s: of(&|l| l.file.report.ttft_us.p50 as f64 / 1e6)?,
+        ttft_p99_s: of(&|l| l.file.report.ttft_us.p99 as f64 / 1e6)?,
+        tpot_p50_ms: of(&|l| l.file.report.tpot_us.p50 as f64 / 1e3)?,
+        goodput: of(&|l| l.file.report.goodput.requests_per_s)?,
+        engine_hit_rate: Agg::of(&engine),
+        usage_hit_rate: of(&|l| l.file.report.usage.prefix_hit_rate)?,
+        busiest_share: of(&|l| l.file.report.replicas.busiest_share)?,
+        errors: of(&|l| l.file.report.errors.total as f64)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_range() {
+        let a = Agg::of(&[3.0, 1.0, 2.0]).expect("values");
+        assert_eq!((a.median, a.min, a.max, a.n), (2.0, 1.0, 3.0, 3));
+        let b = Agg::of(&[4.0, 1.0, 2.0, 10.0]).expect("values");
+        assert_eq!((b.median, b.min, b.max), (3.0, 1.0, 10.0));
+        assert!(Agg::of(&[]).is_none());
+        assert_eq!(rate_key(6.0), 6000);
+        assert_eq!(rate_key(0.25), 250);
+        assert_eq!(rate_of(2500), 2.5);
+    }
+}

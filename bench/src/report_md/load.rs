@@ -1,0 +1,162 @@
+//! Reading the result files of a directory: every `*.json` directly in it, in name order.
+//! Only the fields the report uses are read; unknown fields are ignored.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::ReportError;
+
+/// What was run: the point of the sweep one file measures.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Spec {
+    /// Workload name (`w1`, `w6`, ...).
+    pub workload: String,
+    /// Offered load, first turns per second.
+    pub rate: f64,
+    /// Routing policy (`round_robin`, `cost_model`, `peer:NAME`, ...).
+    pub policy: String,
+    /// Repetition number (absent: 0).
+    #[serde(default)]
+    pub rep: u64,
+    /// Seed (absent: 0).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// A distribution in µs (the fields of `RunReport`'s `Dist` the report uses).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct DistUs {
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+}
+
+/// `RunReport.goodput`, in part.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct GoodputPart {
+    /// Requests within the SLO per second.
+    pub requests_per_s: f64,
+}
+
+/// `RunReport.usage`, in part.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct UsagePart {
+    /// `cached_tokens / prompt_tokens` from the usage chunks.
+    pub prefix_hit_rate: f64,
+}
+
+/// `RunReport.replicas`, in part.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct ReplicasPart {
+    /// The busiest replica's share of the requests that named one.
+    pub busiest_share: f64,
+}
+
+/// `RunReport.errors`, in part.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct ErrorsPart {
+    /// Measured requests that did not complete.
+    pub total: u64,
+}
+
+/// The parts of `RunReport` (as `inferrail-bench run --json` writes it) the report uses.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RunPart {
+    /// Measured requests attempted.
+    pub sent: u64,
+    /// Not completed.
+    pub errors: ErrorsPart,
+    /// Within the SLO.
+    pub goodput: GoodputPart,
+    /// Time to first token.
+    pub ttft_us: DistUs,
+    /// Time per output token.
+    pub tpot_us: DistUs,
+    /// Usage totals.
+    pub usage: UsagePart,
+    /// Requests per replica.
+    pub replicas: ReplicasPart,
+}
+
+/// The engines' own prefix-cache counters over the run.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Engines {
+    /// Prefix-cache hits.
+    #[serde(default)]
+    pub prefix_cache_hits: f64,
+    /// Prefix-cache queries.
+    #[serde(default)]
+    pub prefix_cache_queries: f64,
+    /// Hits over queries.
+    pub hit_rate: f64,
+}
+
+/// One result file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ResultFile {
+    /// The point measured.
+    pub spec: Spec,
+    /// What the run measured.
+    pub report: RunPart,
+    /// Engine counters (absent or `null`: the hit rate is N/A).
+    #[serde(default)]
+    pub engines: Option<Engines>,
+}
+
+/// One file read: its path and content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// Where it came from.
+    pub path: PathBuf,
+    /// What it holds.
+    pub file: ResultFile,
+}
+
+/// Parses one result file's text; `path` only names it in the error.
+pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
+    let file: ResultFile = serde_json::from_str(text).map_err(|e| ReportError::Parse {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if !(file.spec.rate.is_finite() && file.spec.rate >= 0.0) {
+        return Err(ReportError::Parse {
+            path: path.to_path_buf(),
+            reason: format!("spec.rate {} is not a load", file.spec.rate),
+        });
+    }
+    Ok(file)
+}
+
+/// Reads every `*.json` directly in `dir`, sorted by file name.
+pub fn load_dir(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
+    let io = |e| ReportError::ReadDir {
+        dir: dir.to_path_buf(),
+        source: e,
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.is_file() && path.extension().is_some_and(|x| x == "json") {
+            paths.push(path);
+        }
+    }
+    if paths.is_empty() {
+        return Err(ReportError::Empty {
+            dir: dir.to_path_buf(),
+        });
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).map_err(|e| ReportError::Read {
+                path: path.clone(),
+                source: e,
+            })?;
+            let file = parse(&path, &text)?;
+            Ok(Loaded { path, file })
+        })
+        .collect()
+}
