@@ -845,8 +845,7 @@ fn prepare_live(
 ) -> Result<(ConfigPart, Vec<Wanted>), Refusal> {
     let invalid =
         |path: &str, message: String| Refusal::Invalid(Problems(vec![Problem::new(path, message)]));
-    let part = ConfigPart::from_config(config, generation, created_unix)
-        .map_err(|e| invalid("models", e.to_string()))?;
+    let part = ConfigPart::from_config(config, generation, created_unix);
     let statics = static_replicas(config).map_err(|e| {
         invalid(
             &format!("replicas[{}].url", e.index),

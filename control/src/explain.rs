@@ -16,7 +16,7 @@ use inferrail_dataplane::offers::offers;
 use inferrail_dataplane::policy::{self, Candidate};
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::rng::Rng;
-use inferrail_dataplane::split::{conversation_key, session_hash};
+use inferrail_dataplane::split::{named_conversation, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::{ErrorKind, RequestHead};
@@ -61,11 +61,14 @@ pub fn explain(
     };
     let entry = &snap.models[model];
     let user = find_top_level_string(body, "user");
-    let key = conversation_key(head.header("x-session-id"), user.as_deref(), "");
+    let named = named_conversation(head.header("x-session-id"), user.as_deref());
     let kind = match policy_param(head) {
         Ok(Some(k)) => k,
         Ok(None) => {
-            let arm = entry.split.as_ref().map_or(0, |arms| arms.choose(key));
+            let arm = entry
+                .split
+                .as_ref()
+                .map_or(0, |arms| arms.choose(named.unwrap_or(b"")));
             entry
                 .arms
                 .get(arm)
@@ -100,7 +103,9 @@ pub fn explain(
     let input = RouteInput {
         prompt: facts.as_ref().ok().map(PromptFacts::view),
         approx_tokens: u32::try_from(body.len() / 4).unwrap_or(u32::MAX),
-        session: (entry.brain.session_affinity && !key.is_empty()).then(|| session_hash(key)),
+        session: named
+            .filter(|_| entry.brain.session_affinity)
+            .map(session_hash),
         params: &entry.brain,
         fleet,
         now_micros: fleet_now,

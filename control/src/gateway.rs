@@ -40,9 +40,6 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
-    /// The config cannot become a routing snapshot.
-    #[error(transparent)]
-    Snapshot(#[from] inferrail_dataplane::SnapshotError),
     /// The data cores did not start.
     #[error(transparent)]
     Cores(#[from] inferrail_dataplane::StartError),
@@ -142,7 +139,7 @@ impl Gateway {
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let part = ConfigPart::from_config(&config, 1, created)?;
+        let part = ConfigPart::from_config(&config, 1, created);
         let resolver: Arc<dyn Resolver> =
             options.resolver.unwrap_or_else(|| Arc::new(SystemResolver));
         let (discovery, discovered) = if config.discovery.dns.is_empty() {

@@ -369,7 +369,7 @@ replicas:
         let addrs: Vec<_> = (0..4)
             .map(|i| std::net::SocketAddr::from(([127, 0, 0, 1], 9001 + i)))
             .collect();
-        let mut snap = Snapshot::from_config(&config, &addrs, 1).expect("test snapshot builds");
+        let mut snap = Snapshot::from_config(&config, &addrs, 1);
         snap.generation = generation;
         snap
     }

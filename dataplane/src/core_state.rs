@@ -8,7 +8,7 @@
 use crate::brain::{self, Decision, RouteInput};
 use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
-use crate::fleet::{FleetFacts, FleetReplica};
+use crate::fleet::{FleetClock, FleetFacts, FleetReplica};
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::offers;
@@ -164,7 +164,7 @@ pub struct ReplicaSlot {
     pending: bool,
     prompt_tokens: u32,
     fleet: Arc<FleetReplica>,
-    clock: Arc<FleetFacts>,
+    clock: FleetClock,
     awaiting_first_byte: bool,
 }
 
@@ -302,18 +302,19 @@ impl CoreView {
     }
 
     /// Takes a slot on replica `index` (in flight and pending, and `prompt_tokens` when the
-    /// prompt was tokenized), and queues `prefill_secs` on its fleet-wide prefill queue. The
-    /// caller checked `has_room`.
+    /// prompt was tokenized), and queues `prefill_secs` on its fleet-wide prefill queue at
+    /// `now_micros` (on `clock`). The caller checked `has_room`.
     pub fn acquire(
         &self,
         index: usize,
         prompt_tokens: u32,
         prefill_secs: f64,
-        clock: &Arc<FleetFacts>,
+        clock: FleetClock,
+        now_micros: u64,
     ) -> Option<ReplicaSlot> {
         let replica = self.replicas.get(index)?.clone();
         let fleet = self.snap.replicas.get(index)?.spec.fleet.clone();
-        fleet.routed(clock.micros(Instant::now()), prefill_secs);
+        fleet.routed(now_micros, prefill_secs);
         replica.in_flight.set(replica.in_flight.get() + 1);
         replica.pending.set(replica.pending.get() + 1);
         self.recorder.in_flight(index, 1);
@@ -331,7 +332,7 @@ impl CoreView {
             pending: true,
             prompt_tokens,
             fleet,
-            clock: clock.clone(),
+            clock,
             awaiting_first_byte: true,
         })
     }
@@ -649,7 +650,7 @@ replicas:
         generation: u64,
     ) -> Arc<Snapshot> {
         let config = inferrail_config::parse_str(CONFIG).unwrap();
-        let part = ConfigPart::from_config(&config, 1, 0).unwrap();
+        let part = ConfigPart::from_config(&config, 1, 0);
         let layout = MetricsLayout {
             models: vec!["m".into()],
             replicas: replicas.iter().map(|(s, _)| s.id.clone()).collect(),
@@ -719,7 +720,7 @@ replicas:
         // from this core's live cells plus the other cores' snapshot counts.
         let view = build_view(0, 2, snap, None);
         let clock = clock();
-        let _slot = view.acquire(0, 100, 0.25, &clock).unwrap();
+        let _slot = view.acquire(0, 100, 0.25, clock.clock, 0).unwrap();
         let c = view.candidates(0, &[], now, 0);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1, 1 + 2));

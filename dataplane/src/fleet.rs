@@ -78,6 +78,22 @@ pub fn secs_to_micros(secs: f64) -> u64 {
     }
 }
 
+/// The clock of every fleet structure: microseconds since one start instant. `Copy`, so a
+/// request's slot carries it without touching a shared reference count.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetClock {
+    epoch: Instant,
+}
+
+impl FleetClock {
+    /// `at` in microseconds since the clock's start (0 before it).
+    pub fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch)
+            .as_micros()
+            .min(u128::from(u64::MAX)) as u64
+    }
+}
+
 /// Facts about conversations and prefixes shared by every core, and the clock they use.
 #[derive(Debug)]
 pub struct FleetFacts {
@@ -85,7 +101,8 @@ pub struct FleetFacts {
     pub sessions: SessionTable,
     /// Recent prefill demand (µs) per root prefix.
     pub demand: DemandSketch,
-    epoch: Instant,
+    /// The clock `now_micros` values are read from.
+    pub clock: FleetClock,
 }
 
 impl FleetFacts {
@@ -97,14 +114,14 @@ impl FleetFacts {
                 window.as_micros().min(u128::from(u64::MAX)) as u64,
                 DEMAND_COLUMNS,
             ),
-            epoch: Instant::now(),
+            clock: FleetClock {
+                epoch: Instant::now(),
+            },
         }
     }
 
-    /// `at` in microseconds since these facts were made (the clock of every fleet structure).
+    /// `at` on [`FleetFacts::clock`].
     pub fn micros(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.epoch)
-            .as_micros()
-            .min(u128::from(u64::MAX)) as u64
+        self.clock.micros(at)
     }
 }

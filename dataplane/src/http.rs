@@ -5,7 +5,7 @@ use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
 use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
-use crate::split::{conversation_key, session_hash};
+use crate::split::{conversation_key, named_conversation, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;
@@ -531,9 +531,17 @@ async fn prepare(
     let user = (entry.split.is_some() || affinity)
         .then(|| find_top_level_string(&body, "user"))
         .flatten();
-    let key = conversation_key(head.header("x-session-id"), user.as_deref(), request_id);
-    let arm = entry.split.as_ref().map_or(0, |arms| arms.choose(key));
-    let session = (affinity && key != request_id.as_bytes()).then(|| session_hash(key));
+    let session_header = head.header("x-session-id");
+    let arm = entry.split.as_ref().map_or(0, |arms| {
+        arms.choose(conversation_key(
+            session_header,
+            user.as_deref(),
+            request_id,
+        ))
+    });
+    let session = named_conversation(session_header, user.as_deref())
+        .filter(|_| affinity)
+        .map(session_hash);
     let rate = snap.settings.decision_sample_rate;
     let sampled = rate > 0.0 && sampled(request_id, rate);
     let endpoint = if head.path() == b"/v1/completions" {

@@ -33,4 +33,4 @@ pub mod split;
 
 pub use cores::{driver_name, start_cores, CoreOptions, CoreSet, StartError};
 pub use shutdown::ShutdownSignal;
-pub use snapshot::{Snapshot, SnapshotError};
+pub use snapshot::Snapshot;

@@ -269,7 +269,14 @@ pub async fn forward(
         let ticket = prediction.record(ctx, view, replica);
         tried.push(replica);
         let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
-        let Some(mut slot) = view.acquire(replica, prompt_tokens, prefill_secs, &ctx.fleet) else {
+        let acquired = view.acquire(
+            replica,
+            prompt_tokens,
+            prefill_secs,
+            ctx.fleet.clock,
+            fleet_now,
+        );
+        let Some(mut slot) = acquired else {
             break;
         };
         if attempt > 1 {
@@ -366,11 +373,11 @@ pub async fn forward(
         && !close_client
 }
 
-/// A request's cache prediction: its prompt facts and, per replica index of the view's snapshot,
-/// the tokens each candidate is predicted to hold cached.
+/// A request's cache prediction: its prompt facts and, indexed by the view's snapshot replica
+/// index (empty without a prediction), the tokens each replica is predicted to hold cached.
 struct Prediction {
     facts: Option<PromptFacts>,
-    cached: Vec<(usize, u32)>,
+    cached: Vec<Option<u32>>,
 }
 
 impl Prediction {
@@ -398,8 +405,8 @@ impl Prediction {
                 return none;
             }
         };
-        let replicas: Vec<usize> = model.replicas.clone();
-        let keys: Vec<u64> = replicas
+        let keys: Vec<u64> = model
+            .replicas
             .iter()
             .map(|&i| view.snap.replicas[i].spec.key)
             .collect();
@@ -411,11 +418,10 @@ impl Prediction {
             };
         };
         stats.result("predicted");
-        let cached = replicas
-            .iter()
-            .zip(held)
-            .map(|(&i, blocks)| (i, facts.cached_tokens(blocks)))
-            .collect();
+        let mut cached = vec![None; view.snap.replicas.len()];
+        for (&i, blocks) in model.replicas.iter().zip(held) {
+            cached[i] = Some(facts.cached_tokens(blocks));
+        }
         Prediction {
             facts: Some(facts),
             cached,
@@ -423,10 +429,7 @@ impl Prediction {
     }
 
     fn cached_on(&self, replica: usize) -> Option<u32> {
-        self.cached
-            .iter()
-            .find(|(i, _)| *i == replica)
-            .map(|(_, c)| *c)
+        self.cached.get(replica).copied().flatten()
     }
 
     /// What the brain reads about this request.

@@ -11,11 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Why a config cannot become a snapshot. Every validated config can (every policy is
-/// implemented), so this has no variants; it stays in the signature for future refusals.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {}
-
 /// Gateway settings a request needs, copied out of the config.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -241,11 +236,7 @@ pub struct ConfigPart {
 
 impl ConfigPart {
     /// Extracts the routing-relevant parts of a validated config.
-    pub fn from_config(
-        config: &Config,
-        generation: u64,
-        created_unix: u64,
-    ) -> Result<ConfigPart, SnapshotError> {
+    pub fn from_config(config: &Config, generation: u64, created_unix: u64) -> ConfigPart {
         let routing_fp = routing_fingerprint(config);
         let mut models = Vec::with_capacity(config.models.len());
         for m in &config.models {
@@ -289,7 +280,7 @@ impl ConfigPart {
             });
         }
         let s = &config.server;
-        Ok(ConfigPart {
+        ConfigPart {
             generation,
             settings: Settings {
                 request_timeout: s.request_timeout,
@@ -311,7 +302,7 @@ impl ConfigPart {
             },
             models,
             created_unix,
-        })
+        }
     }
 }
 
@@ -392,12 +383,8 @@ impl Snapshot {
 
     /// A snapshot of a config's static replicas, all in rotation, with a fresh metrics epoch for
     /// `cores` cores (for tests and tools that run without a control thread).
-    pub fn from_config(
-        config: &Config,
-        addrs: &[SocketAddr],
-        cores: usize,
-    ) -> Result<Snapshot, SnapshotError> {
-        let part = ConfigPart::from_config(config, 1, 0)?;
+    pub fn from_config(config: &Config, addrs: &[SocketAddr], cores: usize) -> Snapshot {
+        let part = ConfigPart::from_config(config, 1, 0);
         let replicas: Vec<(ReplicaSpec, ReplicaLive)> = config
             .replicas
             .iter()
@@ -427,12 +414,7 @@ impl Snapshot {
             models: config.models.iter().map(|m| m.name.clone()).collect(),
             replicas: replicas.iter().map(|(s, _)| s.id.clone()).collect(),
         };
-        Ok(Snapshot::assemble(
-            &part,
-            replicas,
-            1,
-            MetricsEpoch::new(layout, cores),
-        ))
+        Snapshot::assemble(&part, replicas, 1, MetricsEpoch::new(layout, cores))
     }
 
     /// The model a client names (canonical name or alias).

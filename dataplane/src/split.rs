@@ -104,10 +104,19 @@ pub fn conversation_key<'a>(
     user: Option<&'a str>,
     request_id: &'a str,
 ) -> &'a [u8] {
+    named_conversation(session_header, user).unwrap_or(request_id.as_bytes())
+}
+
+/// The conversation a request names, if any: the `x-session-id` header when present and
+/// non-empty, else the body's non-empty `user` (what session affinity follows).
+pub fn named_conversation<'a>(
+    session_header: Option<&'a [u8]>,
+    user: Option<&'a str>,
+) -> Option<&'a [u8]> {
     match (session_header, user) {
-        (Some(s), _) if !s.is_empty() => s,
-        (_, Some(u)) if !u.is_empty() => u.as_bytes(),
-        _ => request_id.as_bytes(),
+        (Some(s), _) if !s.is_empty() => Some(s),
+        (_, Some(u)) if !u.is_empty() => Some(u.as_bytes()),
+        _ => None,
     }
 }
 

@@ -365,10 +365,15 @@ pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Opt
             let running = c.engine.map_or(c.in_flight, |e| {
                 (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
             });
+            let work_secs = params.cost.prefill_secs(tokens - cached, cached);
             let estimate = Estimate {
                 queue: c.queued_prefill_secs
                     + params.cost.decode_interference_secs * f64::from(running),
-                prefill: params.cost.prefill_secs(tokens - priced, priced),
+                prefill: if priced == cached {
+                    work_secs
+                } else {
+                    params.cost.prefill_secs(tokens - priced, priced)
+                },
                 tier: c.tier_secs,
             };
             Row {
@@ -377,7 +382,7 @@ pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Opt
                 priced_cached: priced,
                 hot_owner,
                 estimate,
-                work_secs: params.cost.prefill_secs(tokens - cached, cached),
+                work_secs,
                 score: 0.0,
             }
         })
