@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test fmt lint unit sdk doc loom build fixtures
+.PHONY: demo test fmt lint unit sdk doc loom build fixtures peers
 
 ## A gateway in front of three in-process engines, exercised end to end.
 demo:
@@ -21,10 +21,15 @@ lint:
 fixtures:
 	bash shards/fixtures/fetch.sh
 
+## The peers the benchmark harness compares against (bench/peers/install.sh: the SGLang and vLLM
+## routers in target/peers-venv, nginx from apt when missing); bench/tests/peers.rs needs them.
+peers:
+	bash bench/peers/install.sh
+
 # The CLI tests run the real binaries, which nextest does not build for another package.
-unit: fixtures
+unit: fixtures peers
 	$(CARGO) build --workspace --bins
-	INFERRAIL_REQUIRE_FIXTURES=1 $(CARGO) nextest run --workspace --no-fail-fast
+	INFERRAIL_REQUIRE_FIXTURES=1 INFERRAIL_REQUIRE_PEERS=1 $(CARGO) nextest run --workspace --no-fail-fast
 
 ## The official `openai` Python SDK against the simulator and the gateway (bench/sdk/README.md).
 ## Needs the binaries (`unit` builds them; set INFERRAIL_BIN_DIR to use others) and python3-venv.

@@ -2,15 +2,19 @@
 """Summarises a perf/overhead results directory into summary.md and summary.json.
 
 Input (written by perf/overhead): meta.json, runs.jsonl (one line per run: leg, rate, rep, raw
-file, CPU ticks of the process under test) and raw/*.json (inferrail-bench load reports).
+file, CPU ticks of the process under test and of the engine) and raw/*.json (inferrail-bench load
+reports).
 
 Per rate, over repetitions (medians):
   - direct p50 / p99 / p99.9 latency;
-  - added latency of each proxy: its percentile minus the direct percentile of the same
-    repetition, then the median of those differences;
+  - added latency of each proxy leg (gateway, gateway_cost, nginx, sglang, sglang_cache, vllm,
+    vllm_cache): its percentile minus the direct percentile of the same repetition, then the
+    median of those differences;
   - CPU µs per request of each proxy process (utime + stime over completed requests, warmup
     included since the CPU counters cover it);
-  - gateway / nginx ratios for added p50, added p99 and CPU.
+  - gateway / other proxy ratios for added p50, added p99 and CPU per request, plus
+    gateway_cost / the cache-aware peers (like for like: routing that looks at the prompt).
+Results directories of older runs (legs direct, gateway, nginx; nginx engine) still summarise.
 Stdlib only.
 """
 
@@ -20,7 +24,21 @@ import sys
 from pathlib import Path
 
 PERCENTILES = [("p50", "p50"), ("p99", "p99"), ("p99.9", "p999")]
-PROXIES = ["gateway", "nginx"]
+# Every proxy leg perf/overhead knows, in table order.
+PROXIES = ["gateway", "gateway_cost", "nginx", "sglang", "sglang_cache", "vllm", "vllm_cache"]
+# What each leg is, for the table.
+DESCRIPTIONS = {
+    "gateway": "inferrail, round_robin",
+    "gateway_cost": "inferrail, cost_model + tokenizer",
+    "nginx": "nginx keep-alive proxy",
+    "sglang": "SGLang router, round_robin",
+    "sglang_cache": "SGLang router, cache_aware",
+    "vllm": "vLLM router, round_robin",
+    "vllm_cache": "vLLM router, cache_aware",
+}
+# Like-for-like pairs beyond "gateway / everything": routing that reads the prompt.
+LIKE_FOR_LIKE = [("gateway_cost", "sglang_cache"), ("gateway_cost", "vllm_cache")]
+OLD_ENGINE = "nginx `return 200` (1 worker)"
 
 
 def load_runs(out):
@@ -36,9 +54,10 @@ def load_runs(out):
 
 
 def cpu_us_per_request(run, key="cpu_ticks"):
+    """CPU µs of the counted process per request it handled (warmup included), or None."""
     report = run["report"]
     handled = report["completed"] + report["warmup"]["completed"]
-    if handled == 0:
+    if handled == 0 or key not in run:
         return None
     return run[key] / run["clk_tck"] * 1e6 / handled
 
@@ -52,6 +71,24 @@ def ratio(a, b):
     if a is None or b is None or b <= 0:
         return None
     return a / b
+
+
+def ratios(num, den):
+    """num / den for added p50, added p99 and CPU per request; None when either leg is missing."""
+    if not num or not den:
+        return None
+    return {
+        "added_p50": ratio(num["added_us"]["p50"], den["added_us"]["p50"]),
+        "added_p99": ratio(num["added_us"]["p99"], den["added_us"]["p99"]),
+        "cpu": ratio(num["cpu_us_per_request"], den["cpu_us_per_request"]),
+    }
+
+
+def prompt_tokens_per_response(report):
+    usage = report.get("usage")
+    if not usage or not usage.get("responses"):
+        return None
+    return usage["prompt_tokens"] / usage["responses"]
 
 
 def summarise_rate(runs, rate):
@@ -79,25 +116,28 @@ def summarise_rate(runs, rate):
             "added_us": added,
             "cpu_us_per_request": median(cpu_us_per_request(p) for _, p in pairs),
         }
-    gw, ng = result["gateway"], result["nginx"]
-    if gw and ng:
-        result["gateway_over_nginx"] = {
-            "added_p50": ratio(gw["added_us"]["p50"], ng["added_us"]["p50"]),
-            "added_p99": ratio(gw["added_us"]["p99"], ng["added_us"]["p99"]),
-            "cpu": ratio(gw["cpu_us_per_request"], ng["cpu_us_per_request"]),
-        }
-    else:
-        result["gateway_over_nginx"] = None
-    # Health of the runs: a generator that fell behind or targets that failed make the figures suspect.
+    result["gateway_over"] = {
+        other: ratios(result["gateway"], result[other]) for other in PROXIES if other != "gateway"
+    }
+    result["like_for_like"] = {f"{a}/{b}": ratios(result[a], result[b]) for a, b in LIKE_FOR_LIKE}
+    # Kept under its old name for readers of older summary.json files.
+    result["gateway_over_nginx"] = result["gateway_over"]["nginx"]
+    # Health of the runs: a generator that fell behind, targets that failed or answers whose usage
+    # differs from direct's make the figures of that leg suspect.
     result["health"] = {}
     for leg in ["direct"] + PROXIES:
-        legs = [runs[(rate, rep, leg)]["report"] for rep in reps if (rate, rep, leg) in runs]
+        legs = [runs[(rate, rep, leg)] for rep in reps if (rate, rep, leg) in runs]
         if legs:
+            reports = [r["report"] for r in legs]
             result["health"][leg] = {
-                "errors": sum(sum(r["errors"].values()) for r in legs),
-                "achieved_rate": median(r["achieved_rate"] for r in legs),
-                "send_lag_p99_us_max": max(r["send_lag_us"]["p99"] for r in legs),
-                "connections_opened_max": max(r["connections_opened"] for r in legs),
+                "errors": sum(sum(r["errors"].values()) for r in reports),
+                "achieved_rate": median(r["achieved_rate"] for r in reports),
+                "send_lag_p99_us_max": max(r["send_lag_us"]["p99"] for r in reports),
+                "connections_opened_max": max(r["connections_opened"] for r in reports),
+                "peak_in_flight_max": max((r["peak_in_flight"] for r in reports if "peak_in_flight" in r),
+                                          default=None),
+                "prompt_tokens_per_response": median(prompt_tokens_per_response(r) for r in reports),
+                "engine_cpu_us": median(cpu_us_per_request(r, "engine_cpu_ticks") for r in legs),
             }
     return result
 
@@ -112,56 +152,97 @@ def fmt_ratio(v):
     return "—" if v is None else f"{v:.2f}×"
 
 
+def leg_notes(meta):
+    """{leg: note} of the legs that were requested; older runs only noted the gateway."""
+    if "legs" in meta:
+        return meta["legs"]
+    return {"direct": "ran", "gateway": meta.get("gateway", "—"), "nginx": "ran"}
+
+
 def markdown(meta, results):
+    notes = leg_notes(meta)
+    engine = meta.get("engine_desc") or OLD_ENGINE
+    ran = meta.get("legs_run") or [leg for leg in ["direct"] + PROXIES if notes.get(leg, "").startswith("ran")]
     lines = [
-        f"# Gateway overhead — {meta['started_utc']}",
+        f"# Proxy overhead — {meta['started_utc']}",
         "",
+        f"- **engine: {engine}** (`ENGINE={meta.get('engine', 'nginx')}`); every leg goes to this one engine",
         f"- rates {meta['rates']} req/s; {meta['reps']} repetitions of {meta['duration']} "
-        f"(+{meta['warmup']} warmup) per leg, in alternation direct → gateway → nginx",
+        f"(+{meta['warmup']} warmup) per leg, in alternation {' → '.join(ran)}",
         f"- {meta['arrivals']} arrivals (inferrail-bench load, open loop, latency from the scheduled time); "
-        f"request body {meta['body_bytes']} bytes; engine: nginx `return 200` (1 worker)",
-        f"- gateway: {meta['gateway']}",
-        f"- pinning: {meta['pinning']}; nproc {meta['nproc']}; kernel {meta['kernel']}; nginx {meta['nginx']}",
-        "- added = proxy percentile − direct percentile of the same repetition, median over repetitions; "
-        "CPU = utime+stime of the proxy process (gateway: all threads; nginx: its worker) per completed request",
+        f"request body {meta['body_bytes']} bytes",
+        f"- gateway cores {meta.get('gateway_cores', '—')}"
+        + (f"; gateway_cost tokenizer {meta['gateway_tokenizer']}" if "gateway_cost" in notes else ""),
+    ]
+    if meta.get("peers") and meta.get("peers") != "not used":
+        lines.append(f"- peers: {meta['peers']}; limits: {meta.get('peer_limits', '—')}")
+    lines += [
+        f"- pinning: {meta['pinning']}; nproc {meta['nproc']}; kernel {meta['kernel']}; nginx {meta.get('nginx') or '—'}",
+        "- added = leg percentile − direct percentile of the same repetition, median over repetitions; "
+        "CPU = utime+stime of the proxy process (gateway and routers: the whole process, all threads; "
+        "nginx: its worker) per request handled; gw ÷ leg = gateway figure divided by that leg's "
+        "(below 1: the gateway is cheaper)",
         "",
     ]
+    skipped = [(leg, note) for leg, note in notes.items() if not note.startswith("ran")]
+    if skipped:
+        lines += ["Legs not run:", ""]
+        lines += [f"- {leg}: {note}" for leg, note in skipped]
+        lines.append("")
     for r in results:
         lines += [f"## {r['rate']} req/s", ""]
-        lines += ["| | p50 µs | p99 µs | p99.9 µs | CPU µs/req |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "| leg | added p50 µs | added p99 µs | added p99.9 µs | CPU µs/req | gw ÷ leg p50 | gw ÷ leg p99 | gw ÷ leg CPU |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         d = r["direct"]
         lines.append(
-            f"| direct (latency) | {fmt(d['p50'])} | {fmt(d['p99'])} | {fmt(d['p99.9'])} | "
-            f"{fmt(r['engine_cpu_us'], 1)} (engine) |"
+            f"| direct (latency itself, not added; CPU: the engine) | {fmt(d['p50'])} | {fmt(d['p99'])} | {fmt(d['p99.9'])} | "
+            f"{fmt(r['engine_cpu_us'], 1)} | | | |"
         )
         for proxy in PROXIES:
             p = r[proxy]
+            label = f"{proxy} ({DESCRIPTIONS[proxy]})"
             if p is None:
-                lines.append(f"| {proxy} added | not run | | | |")
+                if proxy in notes:
+                    lines.append(f"| {label} | not run | | | | | | |")
                 continue
             a = p["added_us"]
+            g = r["gateway_over"].get(proxy) if proxy != "gateway" else None
+            cells = [fmt_ratio(g["added_p50"]), fmt_ratio(g["added_p99"]), fmt_ratio(g["cpu"])] if g else ["", "", ""]
             lines.append(
-                f"| {proxy} added | {fmt(a['p50'])} | {fmt(a['p99'])} | {fmt(a['p99.9'])} | "
-                f"{fmt(p['cpu_us_per_request'], 1)} |"
+                f"| {label} | {fmt(a['p50'])} | {fmt(a['p99'])} | {fmt(a['p99.9'])} | "
+                f"{fmt(p['cpu_us_per_request'], 1)} | {' | '.join(cells)} |"
             )
-        g = r["gateway_over_nginx"]
-        if g:
+        like = [(k, v) for k, v in r["like_for_like"].items() if v]
+        if like:
+            lines.append("")
             lines.append(
-                f"| gateway / nginx | {fmt_ratio(g['added_p50'])} | {fmt_ratio(g['added_p99'])} | | "
-                f"{fmt_ratio(g['cpu'])} |"
+                "Like for like (routing that reads the prompt): "
+                + "; ".join(
+                    f"{k.replace('/', ' ÷ ')}: p50 {fmt_ratio(v['added_p50'])}, p99 {fmt_ratio(v['added_p99'])}, "
+                    f"CPU {fmt_ratio(v['cpu'])}"
+                    for k, v in like
+                )
             )
-        lines += ["", "| run health | errors | achieved req/s (median) | send lag p99 µs (worst) | connections (max) |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| run health | errors | achieved req/s (median) | send lag p99 µs (worst) | connections (max) "
+            "| peak in flight | prompt tokens/resp | engine CPU µs/req |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for leg, h in r["health"].items():
             lines.append(
                 f"| {leg} | {h['errors']} | {fmt(h['achieved_rate'], 1)} | {h['send_lag_p99_us_max']} | "
-                f"{h['connections_opened_max']} |"
+                f"{h['connections_opened_max']} | {fmt(h['peak_in_flight_max'])} | "
+                f"{fmt(h['prompt_tokens_per_response'], 1)} | {fmt(h['engine_cpu_us'], 1)} |"
             )
         lines.append("")
     lines += [
         "Caveat: this machine is shared and small. With fewer than two CPUs nothing is pinned and the "
         "load generator, the engine and the proxy compete for the same core; read the ratios, "
-        "not the absolute figures, and distrust a run whose send lag or errors are high.",
+        "not the absolute figures, and distrust a run whose send lag or errors are high, or whose "
+        "prompt tokens per response differ from direct's.",
         "",
     ]
     return "\n".join(lines)

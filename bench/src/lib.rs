@@ -17,6 +17,7 @@ mod conn;
 pub mod harness;
 mod pacer;
 mod pool;
+pub mod progress;
 pub mod report;
 pub mod report_md;
 pub mod run;

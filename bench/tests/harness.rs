@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use inferrail_bench::harness::exec::{ExecOptions, RunResult};
+use inferrail_bench::harness::peers::PeerPaths;
 use inferrail_bench::harness::spec::{build_spec, Settings};
 use inferrail_bench::harness::{
     compare, execute, expand, parse_compare_args, parse_sweep, parse_sweep_args, spec_hash, sweep,
@@ -346,6 +347,7 @@ fn the_same_point_twice_on_fresh_fleets_agrees_within_5_percent() {
             jobs: 1,
             resume: false,
             verbose: false,
+            peers: PeerPaths::default_for(&bins),
         };
         let outcome = execute(std::slice::from_ref(&spec), &opts).unwrap();
         assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
@@ -397,6 +399,7 @@ fn a_missing_binary_is_named() {
         jobs: 1,
         resume: true,
         verbose: false,
+        peers: PeerPaths::default_for(&dir),
     };
     let e = execute(&[spec], &opts).unwrap_err();
     assert!(matches!(e, HarnessError::MissingBinary(_)), "{e}");

@@ -292,3 +292,27 @@ fn arguments_and_cli() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no *.json result files"));
 }
+
+#[test]
+fn peers_are_named_by_their_front_and_engine_counts_give_the_busiest_share() {
+    let dir = scratch("fronts");
+    copy_fixtures(&dir, |name, v| {
+        if name.contains("peer_llm-d") {
+            v["front"] = serde_json::json!("llm-d-router 9.9 --policy prefix");
+        }
+        if name == "w1-r6-peer_llm-d-rep1.json" || name == "w1-r6-peer_llm-d-rep2.json" {
+            v["engines"]["busiest_share"] = serde_json::json!(0.9);
+        }
+    });
+    let md = build(&dir).expect("builds").markdown;
+    assert!(
+        md.contains("- peer:llm-d: `llm-d-router 9.9 --policy prefix`"),
+        "{md}"
+    );
+    // The engines' share replaces the header-based one (37% in the fixtures) where present.
+    assert!(
+        md.contains("| W1 | 6 | peer:llm-d | 0.83 | 4.96 | 79% | 76% | 90% |"),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

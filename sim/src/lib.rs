@@ -5,6 +5,9 @@
 //! its scheduler, KV blocks and prefix cache ([`engine`]), its Prometheus page ([`prom`]), and
 //! its KV events ([`kv_events`]: vLLM's msgpack batches and a ZMTP PUB socket), and the server
 //! that runs them all on a virtual timeline ([`server::SimServer`], the `inferrail-sim` binary).
+//! Beside the completion routes it serves vLLM's scale-out render routes
+//! (`--enable-scale-out`) and, with `VLLM_SERVER_DEV_MODE=1`, `/server_info` (see
+//! [`server`]).
 //! The scripted engine ([`ScriptedEngine`]) is the fault-injecting stand-in the gateway's tests
 //! and `inferrail demo` use.
 //!

@@ -28,6 +28,10 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --no-enable-prefix-caching        turn prefix caching off
   --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens
   --enable-request-id-headers       send an x-request-id header with every response
+  --enable-scale-out                serve the render routes (POST /v1/chat/completions/render,
+                                    /v1/completions/render, /v1/messages/render: the prompt's
+                                    token ids and sampling params, no generation); without it
+                                    they answer 403 as vLLM's
   --max-model-len N                 prompt plus output tokens at most (default 32768)
   --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
   --zero-latency                    every step free (for gateway overhead benchmarks)
@@ -48,6 +52,9 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
                                     --served-model-name and --zero-latency apply; without
                                     --zero-latency it streams 16 tokens 20 ms apart)
   -h, --help                        print this help
+
+environment:
+  VLLM_SERVER_DEV_MODE=1            register GET /server_info (config, VLLM_* env, system)
 ";
 
 /// What the command line asks for.
@@ -137,6 +144,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             "--no-enable-prefix-caching" if switch => o.enable_prefix_caching = false,
             "--enable-prompt-tokens-details" if switch => o.enable_prompt_tokens_details = true,
             "--enable-request-id-headers" if switch => o.enable_request_id_headers = true,
+            "--enable-scale-out" if switch => o.enable_scale_out = true,
             "--zero-latency" if switch => o.zero_latency = true,
             "--scripted" if switch => scripted = true,
             _ => return Err(format!("unknown argument: {arg}")),
@@ -183,9 +191,18 @@ fn run_scripted(o: &SimOptions) -> ExitCode {
     }
 }
 
+/// vLLM's reading of a boolean env var (`bool(int(value))`); anything unparsable is off.
+fn env_flag(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0))
+}
+
 fn main() -> ExitCode {
+    let dev_mode = env_flag(std::env::var("VLLM_SERVER_DEV_MODE").ok().as_deref());
     let opts = match parse(std::env::args().skip(1)) {
-        Ok(Command::Run(o)) => o,
+        Ok(Command::Run(o)) => SimOptions {
+            server_dev_mode: dev_mode,
+            ..o
+        },
         Ok(Command::Scripted(o)) => return run_scripted(&o),
         Ok(Command::Help) => {
             print!("{USAGE}");
@@ -306,6 +323,13 @@ mod tests {
         assert!(!a.enable_prefix_caching && a.enable_prompt_tokens_details);
         assert_eq!((a.max_model_len, a.seed), (2048, 7));
         assert!(matches!(run(&["--scripted"]), Ok(Command::Scripted(_))));
+        let Ok(Command::Run(a)) = run(&["--enable-scale-out"]) else {
+            panic!()
+        };
+        assert!(a.enable_scale_out && !a.server_dev_mode);
+        assert!(run(&["--enable-scale-out=1"]).is_err());
+        assert!(env_flag(Some("1")) && !env_flag(Some("0")) && !env_flag(None));
+        assert!(!env_flag(Some("yes")));
         assert_eq!(run(&["--help"]), Ok(Command::Help));
         assert!(run(&["--port"]).is_err());
         assert!(run(&["--port", "x"]).is_err());

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::exec::{execute, ExecOptions, Outcome, RunResult};
+use super::peers::PeerPaths;
 use super::spec::{build_spec, check_unique, RunSpec, Settings};
 use super::{default_bin_dir, HarnessError};
 use crate::args::{invalid, split_flag, ArgsError};
@@ -32,6 +33,9 @@ Writes one result JSON per run into --out and prints a summary table.
                             e.g. --sim-arg '--num-gpu-blocks-override 800' --sim-arg --zero-latency
   --out DIR                 result directory (default compare-<workload>-r<rate>-<unix time>)
   --bin-dir DIR             where inferrail and inferrail-sim are (default: this binary's directory)
+  --peers-venv DIR          the venv of peer routers (policies peer:sglang.P, peer:vllm.P;
+                            default: peers-venv next to --bin-dir's parent, i.e. target/peers-venv;
+                            bench/peers/install.sh creates it)
 ";
 
 /// The parsed `compare` command line.
@@ -43,6 +47,8 @@ pub struct CompareArgs {
     pub out_dir: PathBuf,
     /// Where the binaries are.
     pub bin_dir: PathBuf,
+    /// Where peers are installed.
+    pub peers: PeerPaths,
 }
 
 /// Parses the arguments that follow `compare`.
@@ -58,6 +64,7 @@ where
     let mut sim_args = Vec::new();
     let mut out_dir = None;
     let mut bin_dir = None;
+    let mut peers_venv = None;
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -108,6 +115,7 @@ where
             "--sim-arg" => sim_args.extend(value()?.split_whitespace().map(String::from)),
             "--out" => out_dir = Some(PathBuf::from(value()?)),
             "--bin-dir" => bin_dir = Some(PathBuf::from(value()?)),
+            "--peers-venv" => peers_venv = Some(PathBuf::from(value()?)),
             _ => return Err(ArgsError::UnknownFlag(flag).into()),
         }
     }
@@ -142,10 +150,15 @@ where
         Some(dir) => dir,
         None => default_bin_dir()?,
     };
+    let peers = match peers_venv {
+        Some(venv) => PeerPaths { venv },
+        None => PeerPaths::default_for(&bin_dir),
+    };
     Ok(CompareArgs {
         specs,
         out_dir,
         bin_dir,
+        peers,
     })
 }
 
@@ -159,6 +172,7 @@ pub fn compare(args: &CompareArgs, verbose: bool) -> Result<Outcome, HarnessErro
             jobs: 1,
             resume: false,
             verbose,
+            peers: args.peers.clone(),
         },
     )
 }

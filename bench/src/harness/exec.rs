@@ -10,9 +10,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::fleet::{binary, Counters, Fleet, FleetConfig, MODEL};
+use super::peers::{self, Peer, PeerPaths};
 use super::spec::{spec_hash, RunSpec};
 use super::HarnessError;
 use crate::args::parse_url;
+use crate::progress::{self, ProgressMode};
 use crate::workload_run::{run_workload, RunConfig, Slo};
 
 /// The engines' prefix cache over the measured window (counter deltas summed over the engines).
@@ -24,12 +26,20 @@ pub struct Engines {
     pub prefix_cache_queries: u64,
     /// hits / queries; `null` when there were no queries.
     pub hit_rate: Option<f64>,
+    /// `vllm:request_success_total` delta of each engine (`sim-0` ...): requests each replica
+    /// finished in the window, whatever was in front (gateway or peer).
+    #[serde(default)]
+    pub requests_by_replica: BTreeMap<String, u64>,
+    /// The busiest engine's share of `requests_by_replica`; `null` when none finished.
+    #[serde(default)]
+    pub busiest_share: Option<f64>,
 }
 
 /// The gateway's view of the measured window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gateway {
-    /// `inferrail_requests_total` delta by replica id (`sim-0` ...).
+    /// `inferrail_requests_total` delta by replica id (`sim-0` ...); empty when a peer was in
+    /// front.
     pub requests_by_replica: BTreeMap<String, u64>,
 }
 
@@ -46,6 +56,10 @@ pub struct RunResult {
     pub engines: Engines,
     /// The gateway's request counts.
     pub gateway: Gateway,
+    /// What was in front of the engines: `inferrail serve`, or a peer's program, version and
+    /// policy (absent in files written before peers existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front: Option<String>,
 }
 
 /// A finished run and facts about the fleet it ran on.
@@ -76,6 +90,8 @@ pub struct ExecOptions {
     pub resume: bool,
     /// Print a line per run on stderr.
     pub verbose: bool,
+    /// Where peers are installed.
+    pub peers: PeerPaths,
 }
 
 /// What executing a list of runs did.
@@ -107,6 +123,12 @@ pub fn execute(specs: &[RunSpec], opts: &ExecOptions) -> Result<Outcome, Harness
     // Missing binaries fail the whole list at once, before anything is written.
     binary(&opts.bin_dir, "inferrail-sim")?;
     binary(&opts.bin_dir, "inferrail")?;
+    // So do peers that are not installed.
+    for spec in specs {
+        if let Some(peer) = Peer::parse(&spec.policy) {
+            peers::check_installed(&peer.map_err(HarnessError::Spec)?, &opts.peers)?;
+        }
+    }
     std::fs::create_dir_all(&opts.out_dir).map_err(|source| HarnessError::Io {
         path: opts.out_dir.clone(),
         source,
@@ -125,6 +147,8 @@ pub fn execute(specs: &[RunSpec], opts: &ExecOptions) -> Result<Outcome, Harness
         }
     }
     let next = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    let began = std::time::Instant::now();
     let results: Mutex<Vec<(usize, Result<RunDone, HarnessError>)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..opts.jobs.clamp(1, todo.len().max(1)) {
@@ -132,14 +156,19 @@ pub fn execute(specs: &[RunSpec], opts: &ExecOptions) -> Result<Outcome, Harness
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(spec) = todo.get(i) else { break };
                 if opts.verbose {
+                    let done = finished.load(Ordering::SeqCst);
+                    let eta = progress::eta(began.elapsed(), done, todo.len())
+                        .map(|e| format!(", {e}"))
+                        .unwrap_or_default();
                     eprintln!(
-                        "[harness] {} ({}/{}): starting",
+                        "[harness] {} ({}/{}{eta}): starting",
                         spec.stem(),
                         i + 1,
                         todo.len()
                     );
                 }
                 let r = run_one(spec, opts);
+                finished.fetch_add(1, Ordering::SeqCst);
                 if opts.verbose {
                     match &r {
                         Ok(done) => eprintln!("[harness] {}: {}", spec.stem(), line(&done.result)),
@@ -191,10 +220,11 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         kv_capacity_blocks: spec.kv_capacity_blocks,
         sim_args: spec.sim_args.clone(),
         work_dir: work_dir.clone(),
+        peers: opts.peers.clone(),
     })?;
     let initial = fleet.scrape()?;
     let config = RunConfig {
-        target: parse_url(&format!("http://127.0.0.1:{}", fleet.gateway_port))
+        target: parse_url(&format!("http://127.0.0.1:{}", fleet.front_port))
             .map_err(|e| HarnessError::Spec(e.to_string()))?,
         workload: spec.workload_kind()?,
         rate: spec.rate,
@@ -209,6 +239,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         connections: 32,
         max_connections: 512,
         timeout: secs(spec.timeout_s),
+        progress: ProgressMode::Off,
     };
     // The window's first reading is taken `warmup` after the run starts, on another thread.
     let (start, report) = std::thread::scope(|s| {
@@ -230,6 +261,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
     let end = fleet.scrape()?;
     let pids = fleet.pids();
     let ports = fleet.ports();
+    let fleet_had_gateway = fleet.admin_port.is_some();
     drop(fleet);
     let result = RunResult {
         spec: spec.clone(),
@@ -237,8 +269,16 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         report: serde_json::to_value(&report).map_err(|e| HarnessError::Spec(e.to_string()))?,
         engines: engines(&start, &end),
         gateway: Gateway {
-            requests_by_replica: requests_by_replica(spec.replicas, &start, &end),
+            requests_by_replica: if fleet_had_gateway {
+                requests_by_replica(spec.replicas, &start, &end)
+            } else {
+                BTreeMap::new()
+            },
         },
+        front: Some(match Peer::parse(&spec.policy) {
+            Some(Ok(peer)) => peers::describe(&peer, &opts.peers),
+            _ => "inferrail serve".to_string(),
+        }),
     };
     let path = result_path(&opts.out_dir, spec);
     write_atomic(&path, &result)?;
@@ -269,10 +309,22 @@ fn secs(s: f64) -> Duration {
 fn engines(start: &Counters, end: &Counters) -> Engines {
     let hits = (end.prefix_cache_hits - start.prefix_cache_hits).max(0.0);
     let queries = (end.prefix_cache_queries - start.prefix_cache_queries).max(0.0);
+    let requests_by_replica: BTreeMap<String, u64> = end
+        .engine_requests
+        .iter()
+        .map(|(k, v)| {
+            let before = start.engine_requests.get(k).copied().unwrap_or(0.0);
+            (k.clone(), (v - before).max(0.0).round() as u64)
+        })
+        .collect();
+    let total: u64 = requests_by_replica.values().sum();
+    let busiest = requests_by_replica.values().copied().max().unwrap_or(0);
     Engines {
         prefix_cache_hits: hits.round() as u64,
         prefix_cache_queries: queries.round() as u64,
         hit_rate: (queries > 0.0).then(|| hits / queries),
+        requests_by_replica,
+        busiest_share: (total > 0).then(|| busiest as f64 / total as f64),
     }
 }
 

@@ -1,6 +1,6 @@
-//! A fleet: N fresh `inferrail-sim` engines and one `inferrail serve` gateway in front of them,
-//! all on 127.0.0.1 ports found free by binding port 0, all killed when the fleet is dropped
-//! (also while a panic unwinds).
+//! A fleet: N fresh `inferrail-sim` engines and one front in front of them (an `inferrail serve`
+//! gateway, or a peer router: see [`super::peers`]), all on 127.0.0.1 ports found free by binding
+//! port 0, all killed when the fleet is dropped (also while a panic unwinds).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::peers::{self, Peer, PeerPaths};
 use super::HarnessError;
 
 /// The model name every simulator serves.
@@ -93,7 +94,7 @@ pub struct FleetConfig {
     pub bin_dir: PathBuf,
     /// Simulators.
     pub replicas: usize,
-    /// The gateway's policy.
+    /// The gateway's policy, or a peer (`peer:sglang.cache_aware`, ...) to put in front instead.
     pub policy: String,
     /// `kv_capacity_blocks` for every replica in the gateway's config, if any.
     pub kv_capacity_blocks: Option<u64>,
@@ -101,16 +102,18 @@ pub struct FleetConfig {
     pub sim_args: Vec<String>,
     /// Where the processes' logs and the gateway config go.
     pub work_dir: PathBuf,
+    /// Where peers are installed (used only when `policy` names one).
+    pub peers: PeerPaths,
 }
 
 /// A running fleet; dropping it kills every process.
 #[derive(Debug)]
 pub struct Fleet {
     guard: ChildGuard,
-    /// The gateway's data port.
-    pub gateway_port: u16,
-    /// The gateway's admin port (`/metrics`, `/admin/replicas`).
-    pub admin_port: u16,
+    /// The port clients send to: the gateway's data port, or the peer's.
+    pub front_port: u16,
+    /// The gateway's admin port (`/metrics`, `/admin/replicas`); `None` for a peer.
+    pub admin_port: Option<u16>,
     /// The simulators' ports, replica `sim-i` at index i.
     pub sim_ports: Vec<u16>,
 }
@@ -144,6 +147,10 @@ impl Fleet {
                     "--enable-prompt-tokens-details",
                 ])
                 .args(["--seed", &i.to_string()])
+                // What peers ask engines for: the render endpoints (the vLLM router's
+                // cache_aware) and /server_info (the SGLang router), both as vLLM serves them.
+                .arg("--enable-scale-out")
+                .env("VLLM_SERVER_DEV_MODE", "1")
                 .args(&cfg.sim_args);
             let name = format!("sim-{i}");
             guard.push(name.clone(), spawn(cmd, &name, &cfg.work_dir)?);
@@ -154,34 +161,55 @@ impl Fleet {
             let log = cfg.work_dir.join(format!("{name}.log"));
             wait_until(&mut guard, &name, &log, *port, |p| health(p, "/health"))?;
         }
-        let gateway_port = free_port()?;
-        let admin_port = free_port()?;
-        let yaml = gateway_yaml(cfg, gateway_port, admin_port, &sim_ports);
-        let config = cfg.work_dir.join("gateway.yaml");
-        std::fs::write(&config, yaml).map_err(|e| io_err(&config, e))?;
-        let mut cmd = Command::new(&gw_bin);
-        cmd.arg("serve").arg("--config").arg(&config);
-        guard.push("gateway".into(), spawn(cmd, "gateway", &cfg.work_dir)?);
-        let log = cfg.work_dir.join("gateway.log");
-        wait_until(&mut guard, "gateway", &log, admin_port, |p| {
-            health(p, "/health")
-        })?;
-        wait_until(&mut guard, "gateway", &log, gateway_port, |p| {
-            health(p, "/health")
-        })?;
-        let replicas = cfg.replicas;
-        wait_until(&mut guard, "gateway", &log, admin_port, |p| {
-            all_routable(p, replicas)
-        })?;
+        let front_port = free_port()?;
+        let admin_port = match Peer::parse(&cfg.policy) {
+            Some(peer) => {
+                let peer = peer.map_err(HarnessError::Spec)?;
+                peers::start(
+                    &peer,
+                    &cfg.peers,
+                    &sim_ports,
+                    front_port,
+                    &cfg.work_dir,
+                    &mut guard,
+                )?;
+                let log = cfg.work_dir.join("front.log");
+                // The SGLang router answers /health before its workers are registered, and
+                // nginx before its upstreams answer: ready means a real request routes.
+                wait_until(&mut guard, "front", &log, front_port, probe_routes)?;
+                None
+            }
+            None => {
+                let admin_port = free_port()?;
+                let yaml = gateway_yaml(cfg, front_port, admin_port, &sim_ports);
+                let config = cfg.work_dir.join("gateway.yaml");
+                std::fs::write(&config, yaml).map_err(|e| io_err(&config, e))?;
+                let mut cmd = Command::new(&gw_bin);
+                cmd.arg("serve").arg("--config").arg(&config);
+                guard.push("gateway".into(), spawn(cmd, "gateway", &cfg.work_dir)?);
+                let log = cfg.work_dir.join("gateway.log");
+                wait_until(&mut guard, "gateway", &log, admin_port, |p| {
+                    health(p, "/health")
+                })?;
+                wait_until(&mut guard, "gateway", &log, front_port, |p| {
+                    health(p, "/health")
+                })?;
+                let replicas = cfg.replicas;
+                wait_until(&mut guard, "gateway", &log, admin_port, |p| {
+                    all_routable(p, replicas)
+                })?;
+                Some(admin_port)
+            }
+        };
         Ok(Fleet {
             guard,
-            gateway_port,
+            front_port,
             admin_port,
             sim_ports,
         })
     }
 
-    /// Process ids (simulators, then the gateway).
+    /// Process ids (simulators, then the front).
     pub fn pids(&self) -> Vec<u32> {
         self.guard.pids()
     }
@@ -189,22 +217,30 @@ impl Fleet {
     /// Every port the fleet listens on.
     pub fn ports(&self) -> Vec<u16> {
         let mut all = self.sim_ports.clone();
-        all.extend([self.gateway_port, self.admin_port]);
+        all.push(self.front_port);
+        all.extend(self.admin_port);
         all
     }
 
-    /// Reads the counters a run reports on: the engines' prefix cache counters (summed) and the
-    /// gateway's finished requests per replica.
+    /// Reads the counters a run reports on: the engines' prefix cache counters (summed), each
+    /// engine's finished requests, and (with a gateway in front) the gateway's finished requests
+    /// per replica.
     pub fn scrape(&self) -> Result<Counters, HarnessError> {
         let mut counters = Counters::default();
-        for port in &self.sim_ports {
+        for (i, port) in self.sim_ports.iter().enumerate() {
             let text = get_ok(*port, "/metrics")?;
             counters.prefix_cache_hits += counter_sum(&text, "vllm:prefix_cache_hits_total");
             counters.prefix_cache_queries += counter_sum(&text, "vllm:prefix_cache_queries_total");
+            counters.engine_requests.insert(
+                format!("sim-{i}"),
+                counter_sum(&text, "vllm:request_success_total"),
+            );
         }
-        let text = get_ok(self.admin_port, "/metrics")?;
-        counters.requests_by_replica = by_label(&text, "inferrail_requests_total", "replica");
-        counters.requests_by_replica.remove("(none)");
+        if let Some(admin) = self.admin_port {
+            let text = get_ok(admin, "/metrics")?;
+            counters.requests_by_replica = by_label(&text, "inferrail_requests_total", "replica");
+            counters.requests_by_replica.remove("(none)");
+        }
         Ok(counters)
     }
 }
@@ -216,8 +252,10 @@ pub struct Counters {
     pub prefix_cache_hits: f64,
     /// `vllm:prefix_cache_queries_total`, summed over the engines (tokens).
     pub prefix_cache_queries: f64,
-    /// `inferrail_requests_total` by replica (every model and outcome).
+    /// `inferrail_requests_total` by replica (every model and outcome); empty for a peer.
     pub requests_by_replica: BTreeMap<String, f64>,
+    /// `vllm:request_success_total` of each engine (`sim-i`), summed over its labels.
+    pub engine_requests: BTreeMap<String, f64>,
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> HarnessError {
@@ -227,7 +265,8 @@ fn io_err(path: &Path, source: std::io::Error) -> HarnessError {
     }
 }
 
-fn spawn(mut cmd: Command, name: &str, dir: &Path) -> Result<Child, HarnessError> {
+/// Starts `cmd` with stdout and stderr going to `dir/name.log`.
+pub(super) fn spawn(mut cmd: Command, name: &str, dir: &Path) -> Result<Child, HarnessError> {
     let log_path = dir.join(format!("{name}.log"));
     let log = File::create(&log_path).map_err(|e| io_err(&log_path, e))?;
     let err = log.try_clone().map_err(|e| io_err(&log_path, e))?;
@@ -267,6 +306,12 @@ fn wait_until(
 
 fn health(port: u16, path: &str) -> bool {
     matches!(http_get(port, path), Ok((200, _)))
+}
+
+/// True when a one-token completion through the front on `port` returns 200.
+fn probe_routes(port: u16) -> bool {
+    let body = format!(r#"{{"model":"{MODEL}","prompt":"ping","max_tokens":1}}"#);
+    matches!(http_post(port, "/v1/completions", &body), Ok((200, _)))
 }
 
 fn all_routable(port: u16, replicas: usize) -> bool {
@@ -318,14 +363,30 @@ fn get_ok(port: u16, path: &str) -> Result<String, HarnessError> {
 
 /// A minimal HTTP/1.1 GET (`Connection: close`, chunked bodies decoded): (status, body).
 pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    http_exchange(
+        port,
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// A minimal HTTP/1.1 POST of a JSON body, as [`http_get`].
+pub fn http_post(port: u16, path: &str, json: &str) -> std::io::Result<(u16, String)> {
+    http_exchange(
+        port,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{json}",
+            json.len()
+        ),
+    )
+}
+
+fn http_exchange(port: u16, request: String) -> std::io::Result<(u16, String)> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.set_write_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )?;
+    s.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());

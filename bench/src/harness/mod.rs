@@ -5,12 +5,14 @@
 //! per replica over the measured window.
 //!
 //! Modules: [`spec`] (run specs, sweep TOML, spec hash), [`fleet`] (processes and ports),
-//! [`exec`] (one run, many runs, resume), [`compare`], [`sweep`].
+//! [`exec`] (one run, many runs, resume), [`peers`] (other routers as extra policies),
+//! [`compare`], [`sweep`].
 
 pub mod cli;
 pub mod compare;
 pub mod exec;
 pub mod fleet;
+pub mod peers;
 pub mod spec;
 pub mod sweep;
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use inferrail_config::PolicyKind;
 use serde::{Deserialize, Serialize};
 
+use super::peers::Peer;
 use super::HarnessError;
 use crate::args::parse_duration;
 use crate::workload::Workload;
@@ -24,7 +25,8 @@ pub struct RunSpec {
     pub workload: String,
     /// First turns per second.
     pub rate: f64,
-    /// The gateway's routing policy (`round_robin` ... `cost_model`).
+    /// The gateway's routing policy (`round_robin` ... `cost_model`), or a peer router in its
+    /// place (`peer:sglang.cache_aware`, `peer:vllm.cache_aware`, `peer:nginx`).
     pub policy: String,
     /// Repetition, from 1.
     pub rep: u32,
@@ -47,7 +49,8 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
-    /// The result file's name without `.json`: `[name-]w1-r6-cost_model-rep1`.
+    /// The result file's name without `.json`: `[name-]w1-r6-cost_model-rep1` (a peer's `:`
+    /// becomes `_`: `w1-r6-peer_nginx-rep1`).
     pub fn stem(&self) -> String {
         let prefix = self
             .name
@@ -56,7 +59,10 @@ impl RunSpec {
             .unwrap_or_default();
         format!(
             "{prefix}{}-r{}-{}-rep{}",
-            self.workload, self.rate, self.policy, self.rep
+            self.workload,
+            self.rate,
+            self.policy.replace(':', "_"),
+            self.rep
         )
     }
 
@@ -210,12 +216,18 @@ pub fn build_spec(
     if !(rate.is_finite() && rate > 0.0) {
         return Err(bad(format!("rate {rate} must be a positive number")));
     }
-    if PolicyKind::from_name(policy).is_none() {
-        let all: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.as_str()).collect();
-        return Err(bad(format!(
-            "unknown policy {policy:?} (one of {})",
-            all.join(", ")
-        )));
+    match Peer::parse(policy) {
+        Some(Err(why)) => return Err(bad(why)),
+        Some(Ok(_)) => {}
+        None if PolicyKind::from_name(policy).is_none() => {
+            let all: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.as_str()).collect();
+            return Err(bad(format!(
+                "unknown policy {policy:?} (one of {}, or a peer: peer:sglang.POLICY, \
+                 peer:vllm.POLICY, peer:nginx)",
+                all.join(", ")
+            )));
+        }
+        None => {}
     }
     let dur = |key: &str, v: &Option<String>, default: Duration| match v {
         None => Ok(default),

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::exec::{execute, ExecOptions, Outcome};
+use super::peers::PeerPaths;
 use super::spec::{expand, parse_sweep, RunSpec};
 use super::{default_bin_dir, HarnessError};
 use crate::args::{invalid, split_flag, ArgsError};
@@ -20,6 +21,9 @@ result file exists with the same spec hash is skipped (a changed spec runs again
   --out DIR       result directory (default: the file's name without .toml, next to it)
   --jobs N        runs at once, each on its own fleet and ports (default 1)
   --bin-dir DIR   where inferrail and inferrail-sim are (default: this binary's directory)
+  --peers-venv DIR
+                  the venv of peer routers (policies peer:sglang.P, peer:vllm.P; default:
+                  target/peers-venv next to the binaries; bench/peers/install.sh creates it)
 ";
 
 /// The parsed `sweep` command line.
@@ -33,6 +37,8 @@ pub struct SweepArgs {
     pub jobs: usize,
     /// Where the binaries are.
     pub bin_dir: PathBuf,
+    /// Where peers are installed.
+    pub peers: PeerPaths,
 }
 
 /// Parses the arguments that follow `sweep`.
@@ -44,6 +50,7 @@ where
     let mut out_dir = None;
     let mut jobs = 1;
     let mut bin_dir = None;
+    let mut peers_venv = None;
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -65,6 +72,7 @@ where
         match flag.as_str() {
             "--out" => out_dir = Some(PathBuf::from(value()?)),
             "--bin-dir" => bin_dir = Some(PathBuf::from(value()?)),
+            "--peers-venv" => peers_venv = Some(PathBuf::from(value()?)),
             "--jobs" => {
                 jobs = match value()?.parse::<usize>() {
                     Ok(n) if n > 0 => n,
@@ -80,11 +88,16 @@ where
         Some(dir) => dir,
         None => default_bin_dir()?,
     };
+    let peers = match peers_venv {
+        Some(venv) => PeerPaths { venv },
+        None => PeerPaths::default_for(&bin_dir),
+    };
     Ok(SweepArgs {
         file,
         out_dir,
         jobs,
         bin_dir,
+        peers,
     })
 }
 
@@ -108,6 +121,7 @@ pub fn sweep(args: &SweepArgs, verbose: bool) -> Result<Outcome, HarnessError> {
             jobs: args.jobs,
             resume: true,
             verbose,
+            peers: args.peers.clone(),
         },
     )
 }

@@ -1,7 +1,7 @@
 //! Grouping result files by workload, rate and policy, and folding repetitions into their
 //! median with the range. Every map is a `BTreeMap`, so iteration order is fixed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::load::Loaded;
 
@@ -86,6 +86,8 @@ pub type Rates = BTreeMap<RateKey, Policies>;
 pub struct Table {
     /// Workload → rate → policy → point.
     pub workloads: BTreeMap<String, Rates>,
+    /// Policy → every `front` its files named (program, version, policy of a peer).
+    pub fronts: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Table {
@@ -120,14 +122,21 @@ impl Table {
 /// Groups `files` and folds their repetitions.
 pub fn aggregate(files: &[Loaded]) -> Table {
     let mut groups: BTreeMap<(String, RateKey, String), Vec<&Loaded>> = BTreeMap::new();
+    let mut table = Table::default();
     for f in files {
         let s = &f.file.spec;
+        if let Some(front) = &f.file.front {
+            table
+                .fronts
+                .entry(s.policy.clone())
+                .or_default()
+                .insert(front.clone());
+        }
         groups
             .entry((s.workload.clone(), rate_key(s.rate), s.policy.clone()))
             .or_default()
             .push(f);
     }
-    let mut table = Table::default();
     for ((workload, rate, policy), reps) in groups {
         let Some(point) = fold(&reps) else { continue };
         table
@@ -159,7 +168,7 @@ fn fold(reps: &[&Loaded]) -> Option<PolicyPoint> {
         goodput: of(&|l| l.file.report.goodput.requests_per_s)?,
         engine_hit_rate: Agg::of(&engine),
         usage_hit_rate: of(&|l| l.file.report.usage.prefix_hit_rate)?,
-        busiest_share: of(&|l| l.file.report.replicas.busiest_share)?,
+        busiest_share: of(&|l| l.file.busiest_share())?,
         errors: of(&|l| l.file.report.errors.total as f64)?,
     })
 }

@@ -50,7 +50,8 @@ pub struct UsagePart {
 /// `RunReport.replicas`, in part.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct ReplicasPart {
-    /// The busiest replica's share of the requests that named one.
+    /// The busiest replica's share of the requests that named one (from the gateway's
+    /// `x-inferrail-replica` header; 0 when no response named one, as behind a peer).
     pub busiest_share: f64,
 }
 
@@ -91,6 +92,20 @@ pub struct Engines {
     pub prefix_cache_queries: f64,
     /// Hits over queries.
     pub hit_rate: f64,
+    /// The busiest engine's share of the requests the engines finished (absent in older files).
+    #[serde(default)]
+    pub busiest_share: Option<f64>,
+}
+
+impl ResultFile {
+    /// The busiest replica's share: the engines' own count when the file has it (the same
+    /// source for the gateway and for peers), else the one the client saw in response headers.
+    pub fn busiest_share(&self) -> f64 {
+        self.engines
+            .as_ref()
+            .and_then(|e| e.busiest_share)
+            .unwrap_or(self.report.replicas.busiest_share)
+    }
 }
 
 /// One result file.
@@ -103,6 +118,9 @@ pub struct ResultFile {
     /// Engine counters (absent or `null`: the hit rate is N/A).
     #[serde(default)]
     pub engines: Option<Engines>,
+    /// What was in front of the engines (`inferrail serve`, `nginx 1.22.1`, ...), if recorded.
+    #[serde(default)]
+    pub front: Option<String>,
 }
 
 /// One file read: its path and content.

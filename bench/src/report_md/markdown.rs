@@ -125,9 +125,16 @@ fn peers_section(out: &mut String, t: &Table) {
     if rows.is_empty() {
         return;
     }
+    out.push_str("## Peers\n\n");
+    for (policy, fronts) in t.fronts.iter().filter(|(p, _)| p.starts_with(PEER_PREFIX)) {
+        let programs: Vec<String> = fronts.iter().map(|f| format!("`{}`", esc(f))).collect();
+        let _ = writeln!(out, "- {}: {}", esc(policy), programs.join(", "));
+    }
+    if t.fronts.keys().any(|p| p.starts_with(PEER_PREFIX)) {
+        out.push('\n');
+    }
     out.push_str(
-        "## Peers\n\n\
-         | workload | req/s | policy | TTFT p99 (s) | goodput (req/s) | hit rate (engine) \
+        "| workload | req/s | policy | TTFT p99 (s) | goodput (req/s) | hit rate (engine) \
          | hit rate (usage) | busiest share |\n\
          |---|---|---|---|---|---|---|---|\n",
     );

@@ -25,7 +25,8 @@ const TOOLS: [(&str, &str); 6] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolStyle {
     /// OpenAI style: a `tools` array in the body, assistant messages with `tool_calls`, results
-    /// as `tool` messages. For real engines; `inferrail-sim` refuses tool calling.
+    /// as `tool` messages. For real engines with a tool parser; `inferrail-sim`, like vLLM
+    /// without one, refuses `tools` unless `tool_choice` is "none", and refuses `tool_calls`.
     Native,
     /// Everything as plain text, which any chat endpoint accepts: the tool definitions (as
     /// JSON) follow the system prompt in the system message, a call is an assistant message

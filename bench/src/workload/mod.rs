@@ -219,7 +219,13 @@ impl Workload {
         match self {
             Workload::W1 | Workload::W8 => SharedPrompts::default().requests(n, seed, options),
             Workload::W2 => Chat::default().requests(n, seed, options),
-            Workload::W3 => Agent::default().requests(n, seed, options),
+            // Tools as plain text: the simulator refuses `tools` (as vLLM does without a tool
+            // parser), and text reaches every engine the same way.
+            Workload::W3 => Agent {
+                style: ToolStyle::Inline,
+                ..Agent::default()
+            }
+            .requests(n, seed, options),
             Workload::W4 => Rag::default().requests(n, seed, options),
             Workload::W5 => FewShot::default().requests(n, seed, options),
             Workload::W6 => Unique::default().requests(n, seed, options),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::args::{header_arg, invalid, parse_duration, parse_url, split_flag, ArgsError, Target};
 use crate::arrivals::ArrivalKind;
+use crate::progress::ProgressMode;
 use crate::workload::Workload;
 
 /// Usage text for `inferrail-bench run`.
@@ -33,6 +34,8 @@ later turn goes out its think time after the previous turn's answer completed.
   --max-connections N       most connections open at once (default 512)
   --timeout D               per request, from its scheduled time (default 60s)
   --json OUT.json           also write the result as JSON
+  --no-progress             no progress line (default: redrawn every second on a terminal,
+                            a plain line every 10 s otherwise)
 ";
 
 /// Goodput's service-level objective.
@@ -85,6 +88,8 @@ pub struct RunConfig {
     pub max_connections: usize,
     /// Per-request time limit, from the scheduled time.
     pub timeout: Duration,
+    /// How the run shows its progress on stderr.
+    pub progress: ProgressMode,
 }
 
 /// The parsed `run` command line.
@@ -148,11 +153,16 @@ where
     let mut max_connections = 512;
     let mut timeout = Duration::from_secs(60);
     let mut json = None;
+    let mut progress = ProgressMode::detect();
 
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(ArgsError::Help);
+        }
+        if flag == "--no-progress" {
+            progress = ProgressMode::Off;
+            continue;
         }
         let (flag, inline) = split_flag(flag);
         let mut value = || {
@@ -229,6 +239,7 @@ where
             connections: connections.min(max_connections),
             max_connections,
             timeout,
+            progress,
         },
         json,
     })

@@ -19,6 +19,7 @@ use super::summary::{Recorder, RunFacts, RunReport};
 use crate::arrivals::arrivals;
 use crate::pacer;
 use crate::pool::Pool;
+use crate::progress::{self, Counts, ProgressMode};
 use crate::run::{http_request, resolve_target, LoadError};
 use crate::workload::{Options, Request, SESSION_HEADER};
 
@@ -54,6 +55,10 @@ struct State {
     turns_skipped: Cell<u64>,
     /// When the latest measured request ended.
     last_end: Cell<Option<Instant>>,
+    /// Requests sent, ended and failed so far (warmup included), for the progress line.
+    counts: Cell<Counts>,
+    /// Set when every conversation ended (stops the progress task).
+    finished: Cell<bool>,
     error_samples: RefCell<Vec<String>>,
 }
 
@@ -162,8 +167,27 @@ async fn drive(
         conversations_running: Cell::new(0),
         turns_skipped: Cell::new(0),
         last_end: Cell::new(None),
+        counts: Cell::new(Counts::default()),
+        finished: Cell::new(false),
         error_samples: RefCell::new(Vec::new()),
     });
+    if config.progress != ProgressMode::Off {
+        let state = Rc::clone(&state);
+        let (mode, total) = (config.progress, config.warmup + config.duration);
+        monoio::spawn(async move {
+            loop {
+                monoio::time::sleep(mode.interval()).await;
+                if state.finished.get() {
+                    break;
+                }
+                let elapsed = start.elapsed();
+                progress::show(
+                    mode,
+                    &progress::line("run", elapsed, total, state.counts.get()),
+                );
+            }
+        });
+    }
     let due = pacer::start(offsets.into_iter(), start, config.warmup).map_err(LoadError::Pacer)?;
     let mut batch = Vec::new();
     let mut k = 0usize;
@@ -183,6 +207,16 @@ async fn drive(
     // Every turn ends within its timeout and no turn starts after `end`: this ends.
     while state.conversations_running.get() > 0 {
         monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+    state.finished.set(true);
+    if config.progress != ProgressMode::Off {
+        let total = config.warmup + config.duration;
+        let elapsed = start.elapsed();
+        progress::show(
+            config.progress,
+            &progress::line("run", elapsed, total, state.counts.get()),
+        );
+        progress::finish(config.progress);
     }
     let report = state.recorder.borrow().report(RunFacts {
         url: config.target.url.clone(),
@@ -240,6 +274,9 @@ fn skip(state: &State, n: usize) {
 async fn one_request(state: &State, scheduled: Instant, request: Bytes) -> bool {
     let n = state.in_flight.get() + 1;
     state.in_flight.set(n);
+    let mut counts = state.counts.get();
+    counts.sent += 1;
+    state.counts.set(counts);
     state.peak_in_flight.set(state.peak_in_flight.get().max(n));
     let mut observer = Observer::default();
     let sent = Cell::new(None);
@@ -256,6 +293,10 @@ async fn one_request(state: &State, scheduled: Instant, request: Bytes) -> bool 
     let ok = sample.failure.is_none();
     state.recorder.borrow_mut().record(&sample);
     state.in_flight.set(state.in_flight.get().saturating_sub(1));
+    let mut counts = state.counts.get();
+    counts.ended += 1;
+    counts.failed += u64::from(!ok);
+    state.counts.set(counts);
     ok
 }
 

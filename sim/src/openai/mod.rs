@@ -11,14 +11,19 @@
 //! 5. [`completion_body`] or a [`StreamWriter`] for the answer.
 
 mod error;
+mod render;
 mod request;
 mod response;
 mod tokenization;
 
 pub use error::{python_json_error, ApiError};
+pub use render::{
+    anthropic_to_chat, chat_render_body, completions_render_body, push_generate_request,
+    scale_out_disabled, Rendered,
+};
 pub use request::{
     check_prompt_len, parse_request, response_id, Api, ChatMessage, CompletionRequest, PromptInput,
-    ServerInfo,
+    ServerInfo, AUTO_TOOL_CHOICE,
 };
 pub use response::{
     chat_completion_body, completion_body, models_body, text_completion_body, Finish, Generated,
@@ -56,12 +61,32 @@ pub enum Route {
     Load,
     /// `GET /kv_event_sources`.
     KvEventSources,
+    /// `POST /v1/chat/completions/render` (403 unless `--enable-scale-out`).
+    RenderChat,
+    /// `POST /v1/completions/render` (403 unless `--enable-scale-out`).
+    RenderCompletions,
+    /// `POST /v1/messages/render` (403 unless `--enable-scale-out`).
+    RenderMessages,
+    /// `GET /server_info` (only with `VLLM_SERVER_DEV_MODE=1`, see [`route_with`]).
+    ServerInfo,
 }
 
 /// Resolves a method and path (query string already removed) to a route, or Starlette's
 /// 404 (`{"detail":"Not Found"}`) / 405 (`{"detail":"Method Not Allowed"}` with `allow`).
+/// `/server_info` is not registered (as vLLM without `VLLM_SERVER_DEV_MODE=1`).
 pub fn route(method: &str, path: &str) -> Result<Route, ApiError> {
+    route_with(method, path, false)
+}
+
+/// As [`route`], with vLLM's dev-mode routes (`/server_info`) registered when
+/// `server_dev_mode` (`VLLM_SERVER_DEV_MODE=1`). SGLang's `/get_server_info`, `/model_info`
+/// and `/get_model_info` are never routes: vLLM answers them with its unknown-route 404.
+pub fn route_with(method: &str, path: &str, server_dev_mode: bool) -> Result<Route, ApiError> {
     let (route, allowed) = match path {
+        "/v1/chat/completions/render" => (Route::RenderChat, "POST"),
+        "/v1/completions/render" => (Route::RenderCompletions, "POST"),
+        "/v1/messages/render" => (Route::RenderMessages, "POST"),
+        "/server_info" if server_dev_mode => (Route::ServerInfo, "GET"),
         "/v1/chat/completions" => (Route::ChatCompletions, "POST"),
         "/v1/completions" => (Route::Completions, "POST"),
         "/v1/models" => (Route::Models, "GET"),

@@ -31,6 +31,11 @@ impl Api {
     }
 }
 
+/// vLLM's 400 for tools with `tool_choice` "auto" (the default when tools are given) on a
+/// server without `--enable-auto-tool-choice` and `--tool-call-parser`.
+pub const AUTO_TOOL_CHOICE: &str =
+    "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set";
+
 /// What the server serves, for request validation.
 #[derive(Clone, Debug)]
 pub struct ServerInfo {
@@ -88,6 +93,8 @@ pub struct CompletionRequest {
     pub min_tokens: u32,
     /// `return_token_ids` (vLLM extension).
     pub return_token_ids: bool,
+    /// `return_token_ids` as sent (`None` when absent or null), for the render routes.
+    pub return_token_ids_param: Option<bool>,
     /// `cache_salt` (non-empty when present).
     pub cache_salt: Option<String>,
     /// The body's `request_id` field (used for the response id when no `X-Request-Id`).
@@ -102,6 +109,20 @@ pub struct CompletionRequest {
     pub temperature: Option<f64>,
     /// `seed` (accepted).
     pub seed: Option<i64>,
+    /// `top_p` (accepted; reported by the render routes).
+    pub top_p: Option<f64>,
+    /// `top_k` (accepted; reported by the render routes).
+    pub top_k: Option<i64>,
+    /// `min_p` (accepted; reported by the render routes).
+    pub min_p: Option<f64>,
+    /// `presence_penalty` (accepted; reported by the render routes).
+    pub presence_penalty: Option<f64>,
+    /// `frequency_penalty` (accepted; reported by the render routes).
+    pub frequency_penalty: Option<f64>,
+    /// `repetition_penalty` (accepted; reported by the render routes).
+    pub repetition_penalty: Option<f64>,
+    /// `stream_options` as sent (`include_usage`, `continuous_usage_stats`), `None` when absent.
+    pub stream_options: Option<(bool, bool)>,
 }
 
 /// The response id vLLM gives a request: `X-Request-Id` header if sent, else the body's
@@ -158,7 +179,8 @@ pub fn parse_request(
     let stop_token_ids = f.int_list("stop_token_ids")?;
     let ignore_eos = f.opt_bool("ignore_eos")?.unwrap_or(false);
     let min_tokens = f.opt_int("min_tokens")?.unwrap_or(0);
-    let return_token_ids = f.opt_bool("return_token_ids")?.unwrap_or(false);
+    let return_token_ids_param = f.opt_bool("return_token_ids")?;
+    let return_token_ids = return_token_ids_param.unwrap_or(false);
     let cache_salt = f.opt_str("cache_salt")?;
     let request_id = f.opt_str("request_id")?;
     let add_generation_prompt = f.opt_bool("add_generation_prompt")?.unwrap_or(true);
@@ -168,6 +190,12 @@ pub fn parse_request(
         .unwrap_or(api == Api::Completions);
     let temperature = f.opt_float("temperature")?;
     let seed = f.opt_i64("seed")?;
+    let top_p = f.opt_float("top_p")?;
+    let top_k = f.opt_i64("top_k")?;
+    let min_p = f.opt_float("min_p")?;
+    let presence_penalty = f.opt_float("presence_penalty")?;
+    let frequency_penalty = f.opt_float("frequency_penalty")?;
+    let repetition_penalty = f.opt_float("repetition_penalty")?;
 
     // pydantic model validators (VLLMValidationError → BadRequestError).
     if has_stream_options && !stream {
@@ -236,6 +264,7 @@ pub fn parse_request(
         ignore_eos,
         min_tokens,
         return_token_ids,
+        return_token_ids_param,
         cache_salt,
         request_id,
         add_generation_prompt,
@@ -243,6 +272,13 @@ pub fn parse_request(
         add_special_tokens,
         temperature,
         seed,
+        top_p,
+        top_k,
+        min_p,
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty,
+        stream_options: has_stream_options.then_some((include_usage, continuous_usage_stats)),
     })
 }
 
@@ -617,7 +653,22 @@ impl Fields<'_> {
                 }
                 if let Some(v) = non_null(o, "tools") {
                     if v.as_array().is_none_or(|a| !a.is_empty()) {
-                        return Err(ApiError::unsupported("tools", "…", "tool calling"));
+                        // vLLM: tools default `tool_choice` to "auto", which needs a tool
+                        // parser (exchange 22); "none" renders the tools and generates text.
+                        match non_null(o, "tool_choice") {
+                            None => return Err(ApiError::bad_request(AUTO_TOOL_CHOICE)),
+                            Some(Value::String(c)) if c == "auto" => {
+                                return Err(ApiError::bad_request(AUTO_TOOL_CHOICE))
+                            }
+                            Some(Value::String(c)) if c == "none" => {}
+                            Some(c) => {
+                                return Err(ApiError::unsupported(
+                                    "tool_choice",
+                                    &shown(c),
+                                    "tool calling",
+                                ))
+                            }
+                        }
                     }
                 }
             }

@@ -46,6 +46,11 @@ pub(crate) struct Ctx {
     pub(crate) kv_event_sources: String,
     /// Prompt tokenization (the builtin tokenizer unless `--tokenizer`), shared with the gateway.
     pub(crate) tokenizer: Arc<ModelTokenizer>,
+    /// `--enable-scale-out`: the render routes answer (else vLLM's 403).
+    pub(crate) enable_scale_out: bool,
+    /// With `VLLM_SERVER_DEV_MODE=1`: the options and system facts `/server_info` describes
+    /// (`None`: the route is not registered).
+    pub(crate) server_info: Option<Box<(super::SimOptions, super::info::SystemFacts)>>,
 }
 
 /// The deterministic chat template (documented on [`super`]).
@@ -94,6 +99,7 @@ struct Resp<'a> {
 fn reason(status: u16) -> &'static str {
     match inferrail_wire::headers::reason_phrase(status) {
         "" => match status {
+            403 => "Forbidden",
             422 => "Unprocessable Entity",
             429 => "Too Many Requests",
             501 => "Not Implemented",
@@ -282,7 +288,7 @@ async fn handle(ctx: &Ctx, conn: &Conn, io: &mut Writer, head: &RequestHead) -> 
         _ => "OTHER",
     };
     let path = String::from_utf8_lossy(head.path()).into_owned();
-    let routed = openai::route(method, &path);
+    let routed = openai::route_with(method, &path, ctx.server_info.is_some());
     let template = routed.as_ref().ok().map(|r| route_template(*r));
     let keep = match routed {
         Ok(route) => respond(ctx, conn, io, head, route, &body).await,
@@ -307,6 +313,10 @@ fn route_template(route: Route) -> &'static str {
         Route::Ping => "/ping",
         Route::Load => "/load",
         Route::KvEventSources => "/kv_event_sources",
+        Route::RenderChat => "/v1/chat/completions/render",
+        Route::RenderCompletions => "/v1/completions/render",
+        Route::RenderMessages => "/v1/messages/render",
+        Route::ServerInfo => "/server_info",
     }
 }
 
@@ -429,7 +439,100 @@ async fn respond(
         },
         Route::ChatCompletions => completion(ctx, conn, io, head, Api::Chat, body).await,
         Route::Completions => completion(ctx, conn, io, head, Api::Completions, body).await,
+        Route::RenderChat | Route::RenderCompletions | Route::RenderMessages => {
+            match render(ctx, head, route, body) {
+                Ok(b) => {
+                    let ct = Some(CONTENT_TYPE_JSON);
+                    simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+                }
+                Err(e) => error(ctx, conn, io, head, &e).await,
+            }
+        }
+        Route::ServerInfo => match server_info(ctx, head) {
+            Ok(b) => {
+                let ct = Some(CONTENT_TYPE_JSON);
+                simple(ctx, conn, io, head, 200, None, ct, b.as_bytes()).await
+            }
+            Err(e) => error(ctx, conn, io, head, &e).await,
+        },
     }
+}
+
+/// `/server_info` (dev mode): the body for the request's `config_format`.
+fn server_info(ctx: &Ctx, head: &RequestHead) -> Result<String, ApiError> {
+    let Some(info) = ctx.server_info.as_deref() else {
+        return Err(ApiError::route_not_found());
+    };
+    let target = String::from_utf8_lossy(head.target()).into_owned();
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    let Some(json) = super::info::config_format_json(query) else {
+        // Unverified wording (no capture): FastAPI's literal error for the query parameter.
+        return Err(ApiError::bad_request(
+            "config_format: Input should be 'text' or 'json'",
+        ));
+    };
+    let env = super::info::vllm_env(std::env::vars());
+    Ok(super::info::server_info_body(&info.0, json, &env, &info.1))
+}
+
+/// A request parsed, validated and tokenized exactly as the completion handlers do it.
+struct Prepared {
+    req: CompletionRequest,
+    prompt: Vec<u32>,
+    max_tokens: u32,
+}
+
+/// Parsing, tokenization and the context check shared by the completion handlers and the
+/// render routes (so a render's `token_ids` are what the engine would prefill).
+fn prepare(ctx: &Ctx, api: Api, body: &[u8]) -> Result<Prepared, ApiError> {
+    let req = parse_request(api, body, &ctx.server)?;
+    let endpoint = match api {
+        Api::Chat => Endpoint::Chat,
+        Api::Completions => Endpoint::Completion,
+    };
+    let prompt = ctx
+        .tokenizer
+        .prompt_ids(endpoint, body, &serde_json::Map::new())
+        .map_err(|e| ApiError::bad_request(&e.to_string()))?;
+    let max_tokens = check_prompt_len(&req, prompt.len() as u32, ctx.server.max_model_len)?;
+    Ok(Prepared {
+        req,
+        prompt,
+        max_tokens,
+    })
+}
+
+/// A render route's body (`--enable-scale-out`, else vLLM's 403): the `GenerateRequest` of the
+/// request, with no engine work.
+fn render(ctx: &Ctx, head: &RequestHead, route: Route, body: &[u8]) -> Result<String, ApiError> {
+    if !ctx.enable_scale_out {
+        return Err(openai::scale_out_disabled());
+    }
+    let chat_body;
+    let (api, body) = match route {
+        Route::RenderCompletions => (Api::Completions, body),
+        Route::RenderMessages => {
+            chat_body = openai::anthropic_to_chat(body)?;
+            (Api::Chat, &chat_body[..])
+        }
+        _ => (Api::Chat, body),
+    };
+    let p = prepare(ctx, api, body)?;
+    let x_rid = head
+        .header("x-request-id")
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    let random = ctx.clock.borrow_mut().hex(16);
+    let id = response_id(api, x_rid.as_deref(), p.req.request_id.as_deref(), &random);
+    let r = openai::Rendered {
+        request_id: &id,
+        token_ids: &p.prompt,
+        req: &p.req,
+        max_tokens: p.max_tokens,
+    };
+    Ok(match api {
+        Api::Chat => openai::chat_render_body(&r),
+        Api::Completions => openai::completions_render_body(&[r]),
+    })
 }
 
 /// Linux `USER_HZ`: the unit of the CPU times in `/proc/<pid>/stat` (100 on every Linux ABI).
@@ -574,29 +677,15 @@ async fn completion(
     api: Api,
     body: &[u8],
 ) -> bool {
-    let req = match parse_request(api, body, &ctx.server) {
-        Ok(r) => r,
+    let Prepared {
+        req,
+        prompt,
+        max_tokens,
+    } = match prepare(ctx, api, body) {
+        Ok(p) => p,
         Err(e) => return error(ctx, conn, io, head, &e).await,
-    };
-    let endpoint = match api {
-        Api::Chat => Endpoint::Chat,
-        Api::Completions => Endpoint::Completion,
-    };
-    let prompt = match ctx
-        .tokenizer
-        .prompt_ids(endpoint, body, &serde_json::Map::new())
-    {
-        Ok(ids) => ids,
-        Err(e) => {
-            let e = ApiError::bad_request(&e.to_string());
-            return error(ctx, conn, io, head, &e).await;
-        }
     };
     let prompt_len = prompt.len();
-    let max_tokens = match check_prompt_len(&req, prompt_len as u32, ctx.server.max_model_len) {
-        Ok(m) => m,
-        Err(e) => return error(ctx, conn, io, head, &e).await,
-    };
     let x_rid = head
         .header("x-request-id")
         .map(|v| String::from_utf8_lossy(v).into_owned());

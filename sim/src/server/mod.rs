@@ -30,10 +30,28 @@
 //!   step in flight computes it, at that step's end. It counts as `abort`.
 //! - **Streams.** Headers at once; the role chunk and the first token when the first token is
 //!   produced; one write and one HTTP chunk per SSE event; the last token carries the finish.
+//! - **Render routes** (`POST /v1/chat/completions/render`, `/v1/completions/render`,
+//!   `/v1/messages/render`): vLLM's scale-out endpoints. Without `--enable-scale-out`
+//!   ([`SimOptions::enable_scale_out`]) they exist but answer vLLM's 403
+//!   `PermissionDeniedError`. With it they run the completion handlers' parsing, validation,
+//!   chat template, tokenizer and context check (so errors are those handlers' bytes and
+//!   `token_ids` are exactly what the engine would prefill), then answer the `GenerateRequest`
+//!   (chat and messages: one object; completions: an array) with no engine work: nothing is
+//!   scheduled and no engine metric moves (the `http_*` families count them like any route).
+//!   Messages bodies are translated to chat (system first). Tools need `tool_choice: "none"`;
+//!   otherwise "auto" applies and vLLM's 400 (no tool parser) is the answer, as on
+//!   `/v1/chat/completions`.
+//! - **`/server_info`** exists only with `VLLM_SERVER_DEV_MODE=1` (the binary reads it into
+//!   [`SimOptions::server_dev_mode`]); else it is the unknown-route 404. It describes the
+//!   simulator's real configuration (`config_format=text|json`), its `VLLM_*` environment
+//!   without names containing `KEY`, and the few system facts it knows.
+//! - **SGLang's info probes** (`/get_server_info`, `/model_info`, `/get_model_info`) are not
+//!   vLLM routes: they get the unknown-route 404, so an SGLang router falls back as with vLLM.
 
 mod conn;
 mod core;
 mod http;
+mod info;
 
 use inferrail_shards::tokenize::ModelTokenizer;
 use std::cell::RefCell;
@@ -98,6 +116,12 @@ pub struct SimOptions {
     pub tokenizer: Option<String>,
     /// `--chat-template`: a template file or text overriding the tokenizer's.
     pub chat_template: Option<String>,
+    /// `--enable-scale-out`: serve the render routes (`/v1/chat/completions/render`,
+    /// `/v1/completions/render`, `/v1/messages/render`); without it they answer vLLM's 403.
+    pub enable_scale_out: bool,
+    /// vLLM's `VLLM_SERVER_DEV_MODE=1` (the binary reads the variable): registers
+    /// `GET /server_info`, a 404 otherwise.
+    pub server_dev_mode: bool,
 }
 
 impl Default for SimOptions {
@@ -122,6 +146,8 @@ impl Default for SimOptions {
             kv_events_config: None,
             tokenizer: None,
             chat_template: None,
+            enable_scale_out: false,
+            server_dev_mode: false,
         }
     }
 }
@@ -477,6 +503,10 @@ async fn server_main(
             seed: opts.seed,
             kv_event_sources: kv_event_sources(opts.kv_events_config.as_ref()),
             tokenizer,
+            enable_scale_out: opts.enable_scale_out,
+            server_info: opts
+                .server_dev_mode
+                .then(|| Box::new((opts.clone(), info::SystemFacts::read()))),
         },
         conns: RefCell::new(std::collections::HashMap::new()),
         next_conn: std::cell::Cell::new(0),
