@@ -75,6 +75,7 @@ const ROUTING_KEYS: &[&str] = &[
     "split",
     "shadow",
     "epsilon",
+    "bounded_load_floor",
     "kappa",
     "session_affinity",
     "seed",
@@ -361,6 +362,12 @@ impl Decoder {
             epsilon: self.or(&f, "epsilon", def.epsilon, |d, p, v| {
                 d.float(p, v, above_zero)
             }),
+            bounded_load_floor: self.or(
+                &f,
+                "bounded_load_floor",
+                def.bounded_load_floor,
+                |d, p, v| d.uint(p, v, 1, u64::from(u32::MAX)),
+            ),
             kappa: self.or(&f, "kappa", def.kappa, |d, p, v| {
                 d.float(p, v, above_zero_at_most_one)
             }),
@@ -802,7 +809,7 @@ observability:
     #[test]
     fn counts_addresses_and_scalars() {
         let config = ok(&minimal_with(
-            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, epsilon: 0.5}\n",
+            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, epsilon: 0.5, bounded_load_floor: 1}\n",
         ));
         assert_eq!(config.server.cores, Count::Fixed(6));
         assert_eq!(
@@ -816,6 +823,14 @@ observability:
         assert_eq!(config.routing.seed, Some(7));
         assert_eq!(config.routing.kappa, 1.0);
         assert_eq!(config.routing.epsilon, 0.5);
+        assert_eq!(config.routing.bounded_load_floor, 1);
+        assert_eq!(
+            ok(&minimal_with("routing: {bounded_load_floor: 64}\n"))
+                .routing
+                .bounded_load_floor,
+            64
+        );
+        assert_eq!(ok(&minimal_with("")).routing.bounded_load_floor, 8);
 
         assert_eq!(
             errs(&minimal_with(
@@ -846,6 +861,22 @@ observability:
         assert_eq!(
             one_err(&minimal_with("routing: {epsilon: .nan}\n")),
             "routing.epsilon: expected a number (got .nan)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("routing: {bounded_load_floor: 0}\n")),
+            "routing.bounded_load_floor: must be at least 1 (got 0)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("routing: {bounded_load_floor: -3}\n")),
+            "routing.bounded_load_floor: must be at least 1 (got -3)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("routing: {bounded_load_floor: 2.5}\n")),
+            "routing.bounded_load_floor: expected a whole number (got 2.5)"
+        );
+        assert_eq!(
+            one_err(&minimal_with("routing: {bounded_load_floor: eight}\n")),
+            "routing.bounded_load_floor: expected a whole number (got \"eight\")"
         );
     }
 

@@ -105,6 +105,7 @@ mod tests {
         let old = crate::parse_str(BASE).unwrap();
         let mut new = old.clone();
         new.routing.epsilon = 2.0;
+        new.routing.bounded_load_floor = 1;
         new.replicas.clear();
         new.health.interval *= 2;
         assert!(old.restart_required(&new).is_empty());

@@ -245,8 +245,13 @@ pub struct Routing {
     pub split: BTreeMap<PolicyKind, u32>,
     /// Policies evaluated alongside the real one, for comparison only.
     pub shadow: Vec<PolicyKind>,
-    /// Bounded load: no replica above `ceil((1 + epsilon) * (in_flight + 1) / n)`. Default 1.0, > 0.
+    /// Bounded load: no replica above `max(ceil((1 + epsilon) * (in_flight + 1) / n),
+    /// bounded_load_floor)`. Default 1.0, > 0.
     pub epsilon: f64,
+    /// Bounded load floor: a replica is never set aside by the bounded-load guard while it would
+    /// hold at most this many requests, whatever the bound says (at low absolute load the bound
+    /// binds on nothing overloaded). Default 8, >= 1; 1 is the plain bound.
+    pub bounded_load_floor: u64,
     /// KV pressure threshold, as a fraction of capacity. Default 0.92, in (0, 1].
     pub kappa: f64,
     /// Keep a session on the replica that served it. Default false.
@@ -317,6 +322,7 @@ impl Default for Routing {
             split: BTreeMap::new(),
             shadow: Vec::new(),
             epsilon: 1.0,
+            bounded_load_floor: 8,
             kappa: 0.92,
             session_affinity: false,
             seed: None,

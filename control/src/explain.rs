@@ -180,7 +180,11 @@ fn render(
         "prediction": prediction,
         "prompt": prompt,
         "approx_tokens": input.approx_tokens,
-        "bounded_load_limit": brain::guards::bound(input.params.epsilon, candidates),
+        "bounded_load_limit": brain::guards::limit(
+            input.params.epsilon,
+            input.params.bounded_load_floor,
+            candidates,
+        ),
         "replicas": replicas,
         "winner": decision.map(|d| id(candidates[d.winner].replica)),
         "steering": decision.map(|d| d.steering.as_str()),

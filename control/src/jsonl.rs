@@ -224,6 +224,7 @@ pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
         "approx_tokens": i.approx_tokens,
         "params": {
             "epsilon": p.epsilon,
+            "bounded_load_floor": p.bounded_load_floor,
             "kappa": p.kappa,
             "short_prompt_tokens": p.short_prompt_tokens,
             "prefill_token_secs": p.cost.token_secs,
@@ -241,6 +242,10 @@ pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
 }
 
 /// Reads back inputs written by [`inputs_json`], or `None` when a field is missing or malformed.
+///
+/// Lines written before `bounded_load_floor` existed lack it; their routers had no floor, so they
+/// read as floor 1 (not the config default 8) and their picks still reproduce. A floor that is
+/// present must be a whole number >= 1.
 pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
     let p = v.get("params")?;
     let f = |name: &str| p.get(name).and_then(Value::as_f64);
@@ -251,6 +256,10 @@ pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
     };
     let params = BrainParams {
         epsilon: f("epsilon")?,
+        bounded_load_floor: match p.get("bounded_load_floor") {
+            None => 1,
+            Some(x) => x.as_u64().filter(|&n| n >= 1)?,
+        },
         kappa: f("kappa")?,
         short_prompt_tokens: n("short_prompt_tokens")?,
         cost: CostParams {
@@ -329,6 +338,54 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
         },
         id,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(floor: u64) -> ShadowInputs {
+        ShadowInputs {
+            prompt: Some(PromptFacts {
+                tokens: 40,
+                hashes: vec![BlockHash(7), BlockHash(9)].into(),
+                block_size: 16,
+            }),
+            approx_tokens: 10,
+            params: BrainParams {
+                bounded_load_floor: floor,
+                epsilon: 0.5,
+                ..BrainParams::default()
+            },
+        }
+    }
+
+    #[test]
+    fn inputs_round_trip_with_the_floor() {
+        for floor in [1, 8, 64] {
+            let written = inputs_json(&inputs(floor));
+            assert_eq!(written["params"]["bounded_load_floor"], json!(floor));
+            let read = inputs_from_json(&written).expect("reads back");
+            assert_eq!(read.params, inputs(floor).params);
+            assert_eq!(read.approx_tokens, 10);
+        }
+    }
+
+    #[test]
+    fn lines_without_the_floor_read_as_the_unfloored_guard() {
+        let mut old = inputs_json(&inputs(8));
+        let params = old["params"].as_object_mut().expect("params object");
+        params.remove("bounded_load_floor");
+        let read = inputs_from_json(&old).expect("an old line stays readable");
+        assert_eq!(read.params.bounded_load_floor, 1);
+        assert_eq!(read.params.epsilon, 0.5);
+        // A floor that is there must be a whole number >= 1.
+        for bad in [json!(0), json!(-1), json!(2.5), json!("8")] {
+            let mut line = inputs_json(&inputs(8));
+            line["params"]["bounded_load_floor"] = bad.clone();
+            assert!(inputs_from_json(&line).is_none(), "{bad}");
+        }
+    }
 }
 
 /// Fixtures for the observer tests.

@@ -325,6 +325,26 @@ replicas: [{id: r0, url: 'http://127.0.0.1:8001', models: [m]}]
                 .generation,
             3
         );
+        // The bounded-load floor is live like epsilon; 0 is refused naming its path.
+        let applied = store
+            .patch(&json!({"routing": {"bounded_load_floor": 2}}))
+            .unwrap();
+        assert_eq!(applied.generation, 4);
+        assert_eq!(applied.config.routing.bounded_load_floor, 2);
+        let refusal = store
+            .patch(&json!({"routing": {"bounded_load_floor": 0}}))
+            .unwrap_err();
+        let Refusal::Invalid(problems) = &refusal else {
+            panic!("expected Invalid, got {refusal:?}");
+        };
+        assert!(
+            problems.at("routing.bounded_load_floor").is_some(),
+            "{problems}"
+        );
+        let applied = store
+            .patch(&json!({"routing": {"bounded_load_floor": null}}))
+            .unwrap();
+        assert_eq!(applied.config.routing.bounded_load_floor, 8);
     }
 
     #[test]

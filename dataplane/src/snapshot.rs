@@ -311,8 +311,8 @@ impl ConfigPart {
 fn routing_fingerprint(config: &Config) -> u64 {
     let r = &config.routing;
     let text = format!(
-        "{:?}|{:?}|{:?}|{:?}",
-        r.epsilon, r.kappa, r.session_affinity, r.cost_model
+        "{:?}|{:?}|{:?}|{:?}|{:?}",
+        r.epsilon, r.bounded_load_floor, r.kappa, r.session_affinity, r.cost_model
     );
     // FNV-1a: stable across runs and builds.
     text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {

@@ -308,11 +308,17 @@ impl DecisionCheck {
             as u64
     }
 
-    /// Whether the winner holds at most the bound after this request (written as the spec
-    /// states it: `in_flight + 1 <= bound`).
+    /// The most the winner may hold after this request: the larger of [`DecisionCheck::bound`]
+    /// and `floor` (`routing.bounded_load_floor`).
+    pub fn limit(&self, epsilon: f64, floor: u64) -> u64 {
+        self.bound(epsilon).max(floor)
+    }
+
+    /// Whether the winner holds at most the limit after this request (written as the spec
+    /// states it: `in_flight + 1 <= max(bound, floor)`).
     #[allow(clippy::int_plus_one)]
-    pub fn within_bound(&self, epsilon: f64) -> bool {
-        u64::from(self.winner_in_flight) + 1 <= self.bound(epsilon)
+    pub fn within_bound(&self, epsilon: f64, floor: u64) -> bool {
+        u64::from(self.winner_in_flight) + 1 <= self.limit(epsilon, floor)
     }
 }
 
@@ -334,6 +340,8 @@ pub struct Report {
     pub policy: PolicyKind,
     /// The bounded-load slack used.
     pub epsilon: f64,
+    /// The bounded-load floor used.
+    pub bounded_load_floor: u64,
     /// Every request, in workload order.
     pub requests: Vec<RequestResult>,
     /// Every replica, in order.
@@ -365,6 +373,7 @@ impl Report {
         Report {
             policy: self.policy,
             epsilon: self.epsilon,
+            bounded_load_floor: self.bounded_load_floor,
             requests: self
                 .requests
                 .iter()
@@ -417,11 +426,12 @@ impl Report {
         self.shares().into_iter().fold(0.0, f64::max)
     }
 
-    /// Decisions whose winner went past the bounded-load bound.
+    /// Decisions whose winner went past the bounded-load limit (the bound, or the floor when
+    /// that is higher).
     pub fn bound_violations(&self) -> usize {
         self.decisions
             .iter()
-            .filter(|d| !d.within_bound(self.epsilon))
+            .filter(|d| !d.within_bound(self.epsilon, self.bounded_load_floor))
             .count()
     }
 
@@ -646,6 +656,7 @@ impl FleetSim {
         Report {
             policy: self.kind,
             epsilon: self.params.epsilon,
+            bounded_load_floor: self.params.bounded_load_floor,
             requests,
             replicas: self
                 .replicas

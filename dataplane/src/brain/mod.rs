@@ -27,6 +27,9 @@ use inferrail_shards::prefix_hash::BlockHash;
 pub struct BrainParams {
     /// Bounded load slack `epsilon` (> 0).
     pub epsilon: f64,
+    /// Bounded load floor (>= 1): the guard never sets aside a candidate that would hold at most
+    /// this many requests. 1 is the plain bound.
+    pub bounded_load_floor: u64,
     /// KV pressure threshold `kappa` (fraction of the KV cache used).
     pub kappa: f64,
     /// Prompts with at most this many tokens to compute pass the KV-pressure guard.
@@ -58,6 +61,7 @@ impl BrainParams {
             .unwrap_or(&routing.cost_model);
         BrainParams {
             epsilon: routing.epsilon,
+            bounded_load_floor: routing.bounded_load_floor.max(1),
             kappa: routing.kappa,
             short_prompt_tokens: routing.short_prompt_tokens,
             cost: CostParams::from(cost),
@@ -126,7 +130,8 @@ impl RouteInput<'_> {
 /// A guard that set a candidate aside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
-    /// It would hold more than `ceil((1 + epsilon) * (in_flight + 1) / n)` requests.
+    /// It would hold more than `max(ceil((1 + epsilon) * (in_flight + 1) / n), bounded_load_floor)`
+    /// requests.
     BoundedLoad,
     /// Its KV cache is fuller than `kappa` and this prompt is long there.
     KvPressure,

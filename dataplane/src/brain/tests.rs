@@ -267,15 +267,83 @@ const BRAINS: [PolicyKind; 3] = [
     PolicyKind::CostModel,
 ];
 
+/// The limit is the larger of the bound and the floor, on hand-computed cases.
+#[test]
+fn the_bounded_load_limit_is_the_larger_of_bound_and_floor() {
+    let loads = |l: &[u32]| -> Vec<Candidate> {
+        l.iter()
+            .enumerate()
+            .map(|(i, &x)| cand(i, x, 0, 0.0))
+            .collect()
+    };
+    // 3 replicas, 2 in flight, epsilon 1: ceil(2 * 3 / 3) = 2.
+    let low = loads(&[2, 0, 0]);
+    assert_eq!(guards::bound(1.0, &low), 2);
+    assert_eq!(guards::limit(1.0, 1, &low), 2);
+    assert_eq!(guards::limit(1.0, 8, &low), 8);
+    // 30 in flight: ceil(2 * 31 / 3) = ceil(20.67) = 21, above the floor.
+    let high = loads(&[10, 10, 10]);
+    assert_eq!(guards::bound(1.0, &high), 21);
+    assert_eq!(guards::limit(1.0, 8, &high), 21);
+    assert_eq!(guards::limit(1.0, 21, &high), 21);
+    assert_eq!(guards::limit(1.0, 22, &high), 22);
+    // epsilon 0.25, 2 replicas, 5 in flight: ceil(1.25 * 6 / 2) = ceil(3.75) = 4.
+    let two = loads(&[5, 0]);
+    assert_eq!(guards::bound(0.25, &two), 4);
+    assert_eq!(guards::limit(0.25, 4, &two), 4);
+    assert_eq!(guards::limit(0.25, 5, &two), 5);
+    // A floor of 0 is no floor.
+    assert_eq!(guards::limit(0.25, 0, &two), 4);
+}
+
+/// At low load the floor keeps a warm replica: with 3 replicas and 2 requests in flight on the
+/// one holding the prompt, the plain bound (2) sets it aside, the default floor (8) does not.
+#[test]
+fn the_floor_keeps_a_warm_replica_at_low_load() {
+    let h = hashes(250, 21);
+    let prompt = PromptView {
+        tokens: 4000,
+        hashes: &h,
+        block_size: 16,
+    };
+    let c = [
+        cand(0, 2, 3984, 0.0),
+        cand(1, 0, 0, 0.0),
+        cand(2, 0, 0, 0.0),
+    ];
+    let strict = BrainParams {
+        bounded_load_floor: 1,
+        ..BrainParams::default()
+    };
+    let (rows, _) = price(&input(Some(prompt), &strict, fleet()), &c);
+    assert_eq!(rows[0].set_aside, Some(Guard::BoundedLoad));
+    let floored = BrainParams::default();
+    assert_eq!(floored.bounded_load_floor, 8);
+    let i = input(Some(prompt), &floored, fleet());
+    let (rows, _) = price(&i, &c);
+    assert!(rows.iter().all(|r| r.set_aside.is_none()), "{rows:?}");
+    // The warm replica wins on the prefill it saves; the cost model prices its queue.
+    assert_eq!(run(PolicyKind::CostModel, &i, &c, 1).winner, 0);
+    // Past the floor the guard binds again: 8 in flight would make 9 > max(ceil(2*11/3), 8) = 8.
+    let c = [
+        cand(0, 8, 3984, 0.0),
+        cand(1, 1, 0, 0.0),
+        cand(2, 1, 0, 0.0),
+    ];
+    let (rows, _) = price(&i, &c);
+    assert_eq!(rows[0].set_aside, Some(Guard::BoundedLoad));
+    assert_ne!(run(PolicyKind::CostModel, &i, &c, 1).winner, 0);
+}
+
 proptest! {
-    /// The guard's arithmetic, checked independently: every candidate set aside for load would
-    /// exceed ceil((1 + eps) * (total + 1) / n), the least loaded never is, and the load-aware
-    /// policies never choose one set aside.
+    /// The guard's arithmetic with no floor (floor 1, the strict guard), checked independently:
+    /// every candidate set aside for load would exceed ceil((1 + eps) * (total + 1) / n), the
+    /// least loaded never is, and the load-aware policies never choose one set aside.
     #[test]
     fn bounded_load_holds_and_someone_always_qualifies(
         c in candidates(), eps in 0.01f64..3.0, tokens in 1u32..5000, seed in any::<u64>(),
     ) {
-        let params = BrainParams { epsilon: eps, ..BrainParams::default() };
+        let params = BrainParams { epsilon: eps, bounded_load_floor: 1, ..BrainParams::default() };
         let h = hashes((tokens / 16) as usize, 9);
         let i = input(Some(PromptView { tokens, hashes: &h, block_size: 16 }), &params, fleet());
         let total: u64 = c.iter().map(|x| u64::from(x.in_flight)).sum();
@@ -286,6 +354,45 @@ proptest! {
             let over = u64::from(x.in_flight) + 1 > limit;
             prop_assert_eq!(r.set_aside == Some(Guard::BoundedLoad), over);
             if x.in_flight == least {
+                prop_assert!(r.set_aside != Some(Guard::BoundedLoad));
+            }
+        }
+        for kind in [PolicyKind::KvAware, PolicyKind::CostModel] {
+            let d = run(kind, &i, &c, seed);
+            prop_assert!(d.rows[d.winner].set_aside.is_none());
+            prop_assert!(u64::from(c[d.winner].in_flight) < limit);
+        }
+    }
+
+    /// With a floor, against a naive reference: a candidate is set aside for load exactly when
+    /// it would exceed both the bound and the floor, so nothing below the floor ever is, and no
+    /// pick of a load-aware policy exceeds max(bound, floor).
+    #[test]
+    fn bounded_load_with_a_floor_matches_a_naive_reference(
+        c in candidates(), eps in 0.01f64..3.0, floor in 1u64..48, tokens in 1u32..5000,
+        seed in any::<u64>(),
+    ) {
+        let params = BrainParams {
+            epsilon: eps,
+            bounded_load_floor: floor,
+            ..BrainParams::default()
+        };
+        let h = hashes((tokens / 16) as usize, 23);
+        let i = input(Some(PromptView { tokens, hashes: &h, block_size: 16 }), &params, fleet());
+        // Naive reference: the bound by its definition, then the larger of it and the floor.
+        let mut total = 0u64;
+        for x in &c {
+            total += u64::from(x.in_flight);
+        }
+        let bound = ((1.0 + eps) * (total as f64 + 1.0) / c.len() as f64).ceil() as u64;
+        let limit = if bound > floor { bound } else { floor };
+        prop_assert_eq!(guards::limit(eps, floor, &c), limit);
+        let (rows, _) = price(&i, &c);
+        for (x, r) in c.iter().zip(&rows) {
+            let after = u64::from(x.in_flight) + 1;
+            let refused = after > bound && after > floor;
+            prop_assert_eq!(r.set_aside == Some(Guard::BoundedLoad), refused);
+            if after <= floor {
                 prop_assert!(r.set_aside != Some(Guard::BoundedLoad));
             }
         }
@@ -351,8 +458,10 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
             let facts = facts.clone();
             let (announced, completed) = (announced.clone(), completed.clone());
             std::thread::spawn(move || {
+                // The strict guard (floor 1): the test is about the bound binding.
                 let params = BrainParams {
                     epsilon: 0.25,
+                    bounded_load_floor: 1,
                     ..BrainParams::default()
                 };
                 let mut rng = Rng::new(core as u64 + 1);
@@ -372,7 +481,7 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                         fleet: &facts,
                         now_micros: 0,
                     };
-                    let limit = guards::bound(params.epsilon, &c) as i64;
+                    let limit = guards::limit(params.epsilon, params.bounded_load_floor, &c) as i64;
                     let d = decide(policy.as_mut(), &i, &c, &mut rng);
                     // Announce, route, complete. An increment this decision did not see was routed
                     // after the counters were read: its completion comes after `done_before` and

@@ -211,116 +211,125 @@ fn hot_prompt_prefix_hash_p99_past_20_s_cost_model_under_half_a_second() {
 fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
     let salt = HashSalt::new(SIM_MODEL, None, None);
     let block = 16usize;
-    let params = BrainParams::default();
     let mut decisions = 0usize;
     // prefix_hash ignores the guards: the same checks must catch it (the test has teeth).
     let mut hash_violations = 0usize;
-    for kind in [
-        PolicyKind::KvAware,
-        PolicyKind::CostModel,
-        PolicyKind::PrefixHash,
-    ] {
-        for seed in 0..60u64 {
-            let mut rng = XorShift::new(seed);
-            let n = rng.range(1, 8);
-            let fleet = FleetFacts::new(Duration::from_secs(10));
-            let replicas: Vec<FleetReplica> = (0..n).map(|_| FleetReplica::new()).collect();
-            let mut shadows: Vec<ReplicaBlocks> = (0..n)
-                .map(|_| ReplicaBlocks::new(rng.range(50, 600)))
-                .collect();
-            let systems: Vec<Vec<u32>> = (0..3)
-                .map(|_| {
-                    let len = rng.range(16, 1500);
-                    workload::tokens(&mut rng, len)
-                })
-                .collect();
-            let mut p = policy::build(kind);
-            let mut route_rng = Rng::new(seed);
-            let mut now = 0u64;
-            for _ in 0..300 {
-                now += rng.range(0, 20_000) as u64;
-                // Departures: about one event in three, from a random busy replica.
-                if rng.range(0, 2) == 0 {
-                    let busy: Vec<usize> =
-                        (0..n).filter(|&i| replicas[i].in_flight() > 0).collect();
-                    if !busy.is_empty() {
-                        let i = busy[rng.range(0, busy.len() - 1)];
-                        replicas[i].first_byte(now);
-                        replicas[i].finished();
-                    }
-                    continue;
-                }
-                let mut prompt = systems[rng.range(0, systems.len() - 1)].clone();
-                let q = rng.range(0, 400);
-                prompt.extend(workload::tokens(&mut rng, q));
-                let facts = PromptFacts {
-                    tokens: prompt.len() as u32,
-                    hashes: block_hashes(&salt, &prompt, block).into(),
-                    block_size: block as u32,
-                };
-                let candidates: Vec<Candidate> = (0..n)
-                    .map(|i| Candidate {
-                        replica: i,
-                        key: 1000 + i as u64,
-                        in_flight: replicas[i].in_flight(),
-                        engine: Some(EngineView {
-                            running: rng.range(0, 30) as f64,
-                            waiting: rng.range(0, 5) as f64,
-                            kv_cache_usage: rng.unit(),
-                            age_micros: 0,
-                        }),
-                        cached_tokens: Some(
-                            facts.cached_tokens(shadows[i].matched_prefix(&facts.hashes)),
-                        ),
-                        queued_prefill_secs: replicas[i].queued_prefill_secs(now),
-                        ..Candidate::default()
+    // The strict guard (floor 1) and the default floor (8): the limit is max(bound, floor).
+    for floor in [1u64, 8] {
+        let params = BrainParams {
+            bounded_load_floor: floor,
+            ..BrainParams::default()
+        };
+        for kind in [
+            PolicyKind::KvAware,
+            PolicyKind::CostModel,
+            PolicyKind::PrefixHash,
+        ] {
+            for seed in 0..60u64 {
+                let mut rng = XorShift::new(seed);
+                let n = rng.range(1, 8);
+                let fleet = FleetFacts::new(Duration::from_secs(10));
+                let replicas: Vec<FleetReplica> = (0..n).map(|_| FleetReplica::new()).collect();
+                let mut shadows: Vec<ReplicaBlocks> = (0..n)
+                    .map(|_| ReplicaBlocks::new(rng.range(50, 600)))
+                    .collect();
+                let systems: Vec<Vec<u32>> = (0..3)
+                    .map(|_| {
+                        let len = rng.range(16, 1500);
+                        workload::tokens(&mut rng, len)
                     })
                     .collect();
-                let input = RouteInput {
-                    prompt: Some(facts.view()),
-                    approx_tokens: facts.tokens,
-                    session: None,
-                    params: &params,
-                    fleet: &fleet,
-                    now_micros: now,
-                };
-                let d = brain::decide(p.as_mut(), &input, &candidates, &mut route_rng);
-                let w = d.winner;
-                let total: u64 = candidates.iter().map(|c| u64::from(c.in_flight)).sum();
-                let bound =
-                    ((1.0 + params.epsilon) * (total as f64 + 1.0) / n as f64).ceil() as u64;
-                if kind == PolicyKind::PrefixHash {
-                    if u64::from(candidates[w].in_flight) + 1 > bound {
-                        hash_violations += 1;
+                let mut p = policy::build(kind);
+                let mut route_rng = Rng::new(seed);
+                let mut now = 0u64;
+                for _ in 0..300 {
+                    now += rng.range(0, 20_000) as u64;
+                    // Departures: about one event in three, from a random busy replica.
+                    if rng.range(0, 2) == 0 {
+                        let busy: Vec<usize> =
+                            (0..n).filter(|&i| replicas[i].in_flight() > 0).collect();
+                        if !busy.is_empty() {
+                            let i = busy[rng.range(0, busy.len() - 1)];
+                            replicas[i].first_byte(now);
+                            replicas[i].finished();
+                        }
+                        continue;
                     }
-                } else {
-                    decisions += 1;
+                    let mut prompt = systems[rng.range(0, systems.len() - 1)].clone();
+                    let q = rng.range(0, 400);
+                    prompt.extend(workload::tokens(&mut rng, q));
+                    let facts = PromptFacts {
+                        tokens: prompt.len() as u32,
+                        hashes: block_hashes(&salt, &prompt, block).into(),
+                        block_size: block as u32,
+                    };
+                    let candidates: Vec<Candidate> = (0..n)
+                        .map(|i| Candidate {
+                            replica: i,
+                            key: 1000 + i as u64,
+                            in_flight: replicas[i].in_flight(),
+                            engine: Some(EngineView {
+                                running: rng.range(0, 30) as f64,
+                                waiting: rng.range(0, 5) as f64,
+                                kv_cache_usage: rng.unit(),
+                                age_micros: 0,
+                            }),
+                            cached_tokens: Some(
+                                facts.cached_tokens(shadows[i].matched_prefix(&facts.hashes)),
+                            ),
+                            queued_prefill_secs: replicas[i].queued_prefill_secs(now),
+                            ..Candidate::default()
+                        })
+                        .collect();
+                    let input = RouteInput {
+                        prompt: Some(facts.view()),
+                        approx_tokens: facts.tokens,
+                        session: None,
+                        params: &params,
+                        fleet: &fleet,
+                        now_micros: now,
+                    };
+                    let d = brain::decide(p.as_mut(), &input, &candidates, &mut route_rng);
+                    let w = d.winner;
+                    let total: u64 = candidates.iter().map(|c| u64::from(c.in_flight)).sum();
+                    let bound =
+                        ((1.0 + params.epsilon) * (total as f64 + 1.0) / n as f64).ceil() as u64;
+                    let bound = bound.max(floor);
+                    if kind == PolicyKind::PrefixHash {
+                        if u64::from(candidates[w].in_flight) + 1 > bound {
+                            hash_violations += 1;
+                        }
+                    } else {
+                        decisions += 1;
+                    }
+                    let prefill = brain::commit(&input, &candidates, &d);
+                    replicas[w].routed(now, prefill);
+                    let partial = !facts.tokens.is_multiple_of(facts.block_size);
+                    shadows[w].record_prompt(&facts.hashes, partial);
+                    if kind == PolicyKind::PrefixHash {
+                        continue;
+                    }
+                    assert_eq!(
+                        d.winner_row().set_aside,
+                        None,
+                        "{} seed {seed}: the winner was set aside",
+                        kind.as_str()
+                    );
+                    assert!(
+                        u64::from(candidates[w].in_flight) + 1 <= bound,
+                        "{} seed {seed} floor {floor}: winner holds {} + 1 > limit {bound} \
+                     (in flight {:?})",
+                        kind.as_str(),
+                        candidates[w].in_flight,
+                        candidates.iter().map(|c| c.in_flight).collect::<Vec<_>>()
+                    );
                 }
-                let prefill = brain::commit(&input, &candidates, &d);
-                replicas[w].routed(now, prefill);
-                let partial = !facts.tokens.is_multiple_of(facts.block_size);
-                shadows[w].record_prompt(&facts.hashes, partial);
-                if kind == PolicyKind::PrefixHash {
-                    continue;
-                }
-                assert_eq!(
-                    d.winner_row().set_aside,
-                    None,
-                    "{} seed {seed}: the winner was set aside",
-                    kind.as_str()
-                );
-                assert!(
-                    u64::from(candidates[w].in_flight) + 1 <= bound,
-                    "{} seed {seed}: winner holds {} + 1 > bound {bound} (in flight {:?})",
-                    kind.as_str(),
-                    candidates[w].in_flight,
-                    candidates.iter().map(|c| c.in_flight).collect::<Vec<_>>()
-                );
             }
         }
     }
     eprintln!(
-        "\n== bounded load: {decisions} kv_aware/cost_model decisions within the bound; \
+        "\n== bounded load: {decisions} kv_aware/cost_model decisions within the limit \
+         (floors 1 and 8); \
          prefix_hash went past it {hash_violations} times"
     );
     assert!(decisions > 10_000, "{decisions}");

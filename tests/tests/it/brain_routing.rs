@@ -122,7 +122,13 @@ fn cache_aware_policies_serve_shared_prompts_from_cache_where_round_robin_cannot
 
 #[test]
 fn a_session_sticks_to_its_replica_until_it_is_overloaded() {
-    let (_sims, gw) = fleet("cost_model", 2560, true, "  session_affinity: true\n");
+    // The strict guard (floor 1): the test is about the bounded-load guard moving turns.
+    let (_sims, gw) = fleet(
+        "cost_model",
+        2560,
+        true,
+        "  session_affinity: true\n  bounded_load_floor: 1\n",
+    );
     let body = |turn: usize| {
         json!({"model": MODEL, "max_tokens": 2, "messages": [
             {"role": "user", "content": format!("turn {turn} of a conversation about routers")}]})
@@ -207,6 +213,9 @@ fn explain_shows_every_replica_and_agrees_with_routing_without_changing_state() 
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["policy"], "cost_model");
     assert_eq!(v["prediction"], "predicted");
+    // The effective limit: max(ceil(2 * (in_flight + 1) / 3), bounded_load_floor 8) with at most
+    // a request or two in flight.
+    assert_eq!(v["bounded_load_limit"], 8, "{v}");
     let reps = v["replicas"].as_array().expect("replicas");
     assert_eq!(reps.len(), 3);
     for rep in reps {
