@@ -1,8 +1,9 @@
 //! The benchmark harness of Inferrail.
 //!
-//! For now this crate owns the open-loop load generator that `perf/overhead` drives and the
-//! concurrent-streams client (`streams`) that `perf/sim-capacity` drives; later it also
-//! owns the workloads, sweeps and reports. The generator schedules requests at fixed times and
+//! This crate owns the open-loop load generator (`load`, driven by `perf/overhead`), the
+//! concurrent-streams client (`streams`, driven by `perf/sim-capacity`), the seeded workloads and
+//! their runner (`run`), fair comparisons on fresh fleets with peers (`compare`, `sweep`) and the
+//! report built from their result files (`report`). The generator schedules requests at fixed times and
 //! sends each at its time whatever earlier ones are doing, so queueing in the target cannot hide;
 //! latency counts from the scheduled time and the generator's own lateness is reported as send lag.
 //! It must never link the gateway's crates (dataplane, control) into the measured path: it talks

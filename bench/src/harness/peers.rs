@@ -224,7 +224,12 @@ pub fn start(
             cmd
         }
         Peer::Nginx => {
-            let dir = work_dir.join("nginx");
+            // nginx resolves -c, -e and the config's paths against its -p prefix: all absolute.
+            let dir =
+                std::path::absolute(work_dir.join("nginx")).map_err(|source| HarnessError::Io {
+                    path: work_dir.join("nginx"),
+                    source,
+                })?;
             for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
                 let d = dir.join("tmp").join(sub);
                 std::fs::create_dir_all(&d)

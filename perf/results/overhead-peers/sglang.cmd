@@ -1,0 +1,1 @@
+/work/main/target/peers-venv/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port 42953 --worker-urls http://127.0.0.1:49229 --policy round_robin --log-level warn --prometheus-port 39245 --prometheus-host 127.0.0.1 --max-concurrent-requests -1 

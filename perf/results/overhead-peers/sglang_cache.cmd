@@ -1,0 +1,1 @@
+/work/main/target/peers-venv/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port 57967 --worker-urls http://127.0.0.1:49229 --policy cache_aware --log-level warn --prometheus-port 37485 --prometheus-host 127.0.0.1 --max-concurrent-requests -1 

@@ -1,0 +1,1 @@
+/work/main/target/peers-venv/bin/vllm-router --host 127.0.0.1 --port 35921 --worker-urls http://127.0.0.1:49229 --policy round_robin --log-level warning --prometheus-port 51987 --prometheus-host 127.0.0.1 --max-concurrent-requests 1000000 --queue-size 100000 --rate-limit-tokens-per-second 1000000 

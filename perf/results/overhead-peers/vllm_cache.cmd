@@ -1,0 +1,1 @@
+/work/main/target/peers-venv/bin/vllm-router --host 127.0.0.1 --port 53933 --worker-urls http://127.0.0.1:49229 --policy cache_aware --log-level warning --prometheus-port 54887 --prometheus-host 127.0.0.1 --max-concurrent-requests 1000000 --queue-size 100000 --rate-limit-tokens-per-second 1000000 
