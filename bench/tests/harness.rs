@@ -6,7 +6,9 @@
 //! do not load the machine at the same time under `cargo test` (the agreement test measures
 //! latency).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -18,38 +20,14 @@ use inferrail_bench::harness::{
     HarnessError,
 };
 
+use common::fleet::{bin_dir, scratch};
+
+const SUITE: &str = "harness";
+
 static FLEETS: Mutex<()> = Mutex::new(());
 
 fn fleet_lock() -> std::sync::MutexGuard<'static, ()> {
     FLEETS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The directory holding `inferrail` and `inferrail-sim`; fails clearly when they are missing.
-fn bin_dir() -> PathBuf {
-    let dir = match std::env::var_os("INFERRAIL_BIN_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => match std::env::var_os("CARGO_TARGET_DIR") {
-            Some(t) => PathBuf::from(t).join("debug"),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
-        },
-    };
-    for bin in ["inferrail", "inferrail-sim"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: build the binaries first with `cargo build --workspace --bins` \
-             (or set INFERRAIL_BIN_DIR)",
-            dir.join(bin).display()
-        );
-    }
-    dir
-}
-
-/// A fresh, empty directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("inferrail-harness-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn args(line: &str) -> impl Iterator<Item = String> + '_ {
@@ -172,7 +150,7 @@ fn expansion_puts_policies_innermost_and_hashes_are_stable() {
 fn sweep_resumes_and_reruns_only_a_changed_point() {
     let bins = bin_dir();
     let _lock = fleet_lock();
-    let dir = scratch("resume");
+    let dir = scratch(SUITE, "resume");
     let file = dir.join("tiny.toml");
     let tiny = r#"
 policies = ["round_robin"]
@@ -250,7 +228,7 @@ rates = [4]
 fn compare_gives_every_policy_a_fresh_fleet_and_the_same_requests() {
     let bins = bin_dir();
     let _lock = fleet_lock();
-    let dir = scratch("fresh");
+    let dir = scratch(SUITE, "fresh");
     let line = format!(
         "--workload w1 --rate 5 --policies round_robin,prefix_hash --duration 2s --warmup 1s \
          --max-tokens 8 --sim-arg --zero-latency --out {} --bin-dir {}",
@@ -321,7 +299,7 @@ fn compare_gives_every_policy_a_fresh_fleet_and_the_same_requests() {
 fn the_same_point_twice_on_fresh_fleets_agrees_within_5_percent() {
     let bins = bin_dir();
     let _lock = fleet_lock();
-    let dir = scratch("agree");
+    let dir = scratch(SUITE, "agree");
     // Default (real-time) latency model, so TTFT means something: W1 at 2 req/s, prefix_hash
     // (deterministic routing), 6 s measured after 2 s of warmup.
     let spec = build_spec(
@@ -382,7 +360,7 @@ fn the_same_point_twice_on_fresh_fleets_agrees_within_5_percent() {
 
 #[test]
 fn a_missing_binary_is_named() {
-    let dir = scratch("nobin");
+    let dir = scratch(SUITE, "nobin");
     let spec = build_spec(
         None,
         "w6",

@@ -8,38 +8,18 @@
 //! peers the routing test says so and stops, unless INFERRAIL_REQUIRE_PEERS=1 (as `make test`
 //! sets it), which makes their absence a failure.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use inferrail_bench::harness::exec::{ExecOptions, RunResult};
 use inferrail_bench::harness::peers::{check_installed, Peer, PeerPaths};
 use inferrail_bench::harness::spec::{build_spec, Settings};
 use inferrail_bench::harness::{execute, HarnessError};
 
-fn bin_dir() -> PathBuf {
-    let dir = match std::env::var_os("INFERRAIL_BIN_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => match std::env::var_os("CARGO_TARGET_DIR") {
-            Some(t) => PathBuf::from(t).join("debug"),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
-        },
-    };
-    for bin in ["inferrail", "inferrail-sim"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: build the binaries first with `cargo build --workspace --bins` \
-             (or set INFERRAIL_BIN_DIR)",
-            dir.join(bin).display()
-        );
-    }
-    dir
-}
+use common::fleet::{bin_dir, scratch};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("inferrail-peers-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+const SUITE: &str = "peers";
 
 const POLICIES: [&str; 4] = [
     "round_robin",
@@ -167,7 +147,7 @@ fn peers_route_the_same_requests_and_cache_aware_ones_route_by_prefix() {
 #[test]
 fn a_peer_that_is_not_installed_fails_the_list_before_anything_runs() {
     let bins = bin_dir();
-    let dir = scratch("missing");
+    let dir = scratch(SUITE, "missing");
     let spec = build_spec(
         None,
         "w6",

@@ -2,6 +2,8 @@
 //! keep-alive, answers by path.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod fleet;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 
 use super::error::{push_json_str, ApiError, ValidationItem};
-use super::request::{py_input, CompletionRequest};
+use super::request::{json_object, CompletionRequest};
 
 /// vLLM's 403 for a render route on a server started without `--enable-scale-out`
 /// (exchange 00).
@@ -185,16 +185,7 @@ fn missing(key: &str, obj: &Map<String, Value>) -> ValidationItem {
 /// `max_tokens` (all missing ones, in the model's field order) are validation errors. Content
 /// blocks other than text reach the chat parser, which refuses them as for chat.
 pub fn anthropic_to_chat(body: &[u8]) -> Result<Vec<u8>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::validation(&[ValidationItem {
-            kind: "model_attributes_type",
-            loc: "body".to_owned(),
-            msg: "Input should be a valid dictionary or object to extract fields from",
-            input: py_input(&value),
-            ctx: None,
-        }]));
-    };
+    let obj = json_object(body)?;
     let missing_items: Vec<ValidationItem> = ["model", "messages", "max_tokens"]
         .into_iter()
         .filter(|k| !obj.contains_key(*k))

@@ -145,19 +145,7 @@ pub fn parse_request(
     body: &[u8],
     server: &ServerInfo,
 ) -> Result<CompletionRequest, ApiError> {
-    let value: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(_) => return Err(ApiError::bad_json(body)),
-    };
-    let Value::Object(obj) = value else {
-        return Err(ApiError::validation(&[ValidationItem {
-            kind: "model_attributes_type",
-            loc: "body".to_owned(),
-            msg: "Input should be a valid dictionary or object to extract fields from",
-            input: py_input(&value),
-            ctx: None,
-        }]));
-    };
+    let obj = json_object(body)?;
     let f = Fields { obj: &obj };
 
     // pydantic: fields and types.
@@ -316,6 +304,22 @@ pub fn check_prompt_len(
                 Some(&mt.to_string()),
             ))
         }
+    }
+}
+
+/// The body as a JSON object: vLLM's 400 for bytes that are not JSON, and pydantic's
+/// `model_attributes_type` error for JSON that is not an object.
+pub(crate) fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
+    match value {
+        Value::Object(obj) => Ok(obj),
+        other => Err(ApiError::validation(&[ValidationItem {
+            kind: "model_attributes_type",
+            loc: "body".to_owned(),
+            msg: "Input should be a valid dictionary or object to extract fields from",
+            input: py_input(&other),
+            ctx: None,
+        }])),
     }
 }
 

@@ -3,23 +3,14 @@
 use serde_json::Value;
 
 use super::error::{push_json_str, ApiError, ValidationItem};
-use super::request::{py_input, ServerInfo};
+use super::request::{json_object, py_input, ServerInfo};
 
 /// The `/detokenize` request: `{"model"?, "tokens": [int, ...]}`.
 ///
 /// Errors as vLLM: invalid JSON and a missing or mistyped `tokens` are FastAPI validation errors
 /// (400 `Bad Request`), a `model` this server does not serve a 404 `NotFoundError`.
 pub fn parse_detokenize(body: &[u8], server: &ServerInfo) -> Result<Vec<u32>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
-    let Value::Object(obj) = &value else {
-        return Err(ApiError::validation(&[ValidationItem {
-            kind: "model_attributes_type",
-            loc: "body".to_owned(),
-            msg: "Input should be a valid dictionary or object to extract fields from",
-            input: py_input(&value),
-            ctx: None,
-        }]));
-    };
+    let obj = json_object(body)?;
     let tokens = match obj.get("tokens") {
         None => {
             return Err(ApiError::validation(&[ValidationItem {
