@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use common::{parse_raw, post, Raw};
+use common::{keys, parse_raw, post, Raw};
 use inferrail_sim::server::{SimOptions, SimServer};
 use serde_json::Value;
 
@@ -76,29 +76,6 @@ fn assert_same_head(tag: &str, got: &Raw, want: &Raw) {
     for name in ["server", "content-type", "vary"] {
         assert_eq!(got.header(name), want.header(name), "{tag}: {name}");
     }
-}
-
-/// The object keys of a JSON text in textual order (nested ones included).
-fn keys(text: &[u8]) -> Vec<String> {
-    let s = std::str::from_utf8(text).unwrap();
-    let b = s.as_bytes();
-    let (mut out, mut i) = (Vec::new(), 0);
-    while i < b.len() {
-        if b[i] == b'"' {
-            let st = i;
-            i += 1;
-            while b[i] != b'"' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            if b.get(i) == Some(&b':') {
-                out.push(s[st + 1..i - 1].to_owned());
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
 }
 
 fn is_hex16(s: &str) -> bool {

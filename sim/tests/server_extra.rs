@@ -18,7 +18,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{parse_raw, Client, Raw};
+use common::{keys, parse_raw, Client, Raw};
 use inferrail_shards::block_hash::as_event_int;
 use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
 use inferrail_sim::kv_events::{EventMeta, KvEventBatch};
@@ -53,29 +53,6 @@ fn server(request_id_headers: bool) -> SimServer {
     o.enable_prefix_caching = true;
     o.enable_request_id_headers = request_id_headers;
     SimServer::start(o).expect("start")
-}
-
-/// The object keys of a JSON text, in textual order (nested ones included).
-fn keys(text: &[u8]) -> Vec<String> {
-    let s = std::str::from_utf8(text).unwrap();
-    let b = s.as_bytes();
-    let (mut out, mut i) = (Vec::new(), 0);
-    while i < b.len() {
-        if b[i] == b'"' {
-            let st = i;
-            i += 1;
-            while b[i] != b'"' {
-                i += if b[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            if b.get(i) == Some(&b':') {
-                out.push(s[st + 1..i - 1].to_owned());
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out
 }
 
 fn is_hex(s: &str, len: usize) -> bool {

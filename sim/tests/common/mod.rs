@@ -278,3 +278,26 @@ impl Raw {
         self.chunks.as_deref().unwrap_or(&[])
     }
 }
+
+/// The object keys of a JSON text, in textual order (nested ones included).
+pub fn keys(text: &[u8]) -> Vec<String> {
+    let s = std::str::from_utf8(text).unwrap();
+    let b = s.as_bytes();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        if b[i] == b'"' {
+            let st = i;
+            i += 1;
+            while b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            if b.get(i) == Some(&b':') {
+                out.push(s[st + 1..i - 1].to_owned());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
