@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::exec::{execute, ExecOptions, Outcome, RunResult};
 use super::peers::PeerPaths;
 use super::spec::{build_spec, check_unique, RunSpec, Settings};
-use super::{default_bin_dir, HarnessError};
+use super::{locate, HarnessError};
 use crate::args::{invalid, split_flag, ArgsError};
 
 /// Usage text for `inferrail-bench compare`.
@@ -146,14 +146,7 @@ where
             .unwrap_or(0);
         PathBuf::from(format!("compare-{}-r{rate}-{now}", specs[0].workload))
     });
-    let bin_dir = match bin_dir {
-        Some(dir) => dir,
-        None => default_bin_dir()?,
-    };
-    let peers = match peers_venv {
-        Some(venv) => PeerPaths { venv },
-        None => PeerPaths::default_for(&bin_dir),
-    };
+    let (bin_dir, peers) = locate(bin_dir, peers_venv)?;
     Ok(CompareArgs {
         specs,
         out_dir,

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use crate::args::ArgsError;
 use crate::run::LoadError;
+use peers::PeerPaths;
 
 pub use compare::{compare, parse_compare_args, summary_table, CompareArgs, COMPARE_USAGE};
 pub use exec::{execute, run_one, Engines, ExecOptions, Gateway, Outcome, RunDone, RunResult};
@@ -116,4 +117,21 @@ pub fn default_bin_dir() -> Result<PathBuf, HarnessError> {
     exe.parent()
         .map(PathBuf::from)
         .ok_or_else(|| HarnessError::BinDir(std::io::Error::other("executable has no parent")))
+}
+
+/// Where a harness command finds its programs: `--bin-dir` (default: this binary's directory)
+/// and `--peers-venv` (default: `peers-venv` beside the binaries' profile directory).
+pub fn locate(
+    bin_dir: Option<PathBuf>,
+    peers_venv: Option<PathBuf>,
+) -> Result<(PathBuf, PeerPaths), HarnessError> {
+    let bin_dir = match bin_dir {
+        Some(dir) => dir,
+        None => default_bin_dir()?,
+    };
+    let peers = match peers_venv {
+        Some(venv) => PeerPaths { venv },
+        None => PeerPaths::default_for(&bin_dir),
+    };
+    Ok((bin_dir, peers))
 }

@@ -125,17 +125,10 @@ fn not_installed(what: &str, missing: &Path) -> HarnessError {
 pub fn check_installed(peer: &Peer, paths: &PeerPaths) -> Result<(), HarnessError> {
     match peer {
         Peer::Sglang(_) => {
-            let pkg = paths
-                .venv
-                .join("lib")
-                .read_dir()
-                .ok()
-                .and_then(|mut d| d.next())
-                .and_then(Result::ok)
-                .map(|py| py.path().join("site-packages").join("sglang_router"));
-            match pkg {
-                Some(p) if p.is_dir() => Ok(()),
-                _ => Err(not_installed("the SGLang router", &paths.venv)),
+            if site_packages(&paths.venv).any(|sp| sp.join("sglang_router").is_dir()) {
+                Ok(())
+            } else {
+                Err(not_installed("the SGLang router", &paths.venv))
             }
         }
         Peer::Vllm(_) => {
@@ -176,24 +169,29 @@ pub fn describe(peer: &Peer, paths: &PeerPaths) -> String {
     }
 }
 
+/// The `site-packages` directories of a venv (`lib/python*/site-packages`).
+fn site_packages(venv: &Path) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|py| py.path().join("site-packages"))
+}
+
 /// The version of an installed wheel, from its `NAME-VERSION.dist-info` directory.
 fn wheel_version(venv: &Path, dist: &str) -> String {
     let prefix = format!("{dist}-");
-    let lib = venv.join("lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|pythons| {
-        pythons.filter_map(Result::ok).find_map(|py| {
-            std::fs::read_dir(py.path().join("site-packages"))
-                .ok()?
-                .filter_map(Result::ok)
-                .find_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.strip_prefix(&prefix)?
-                        .strip_suffix(".dist-info")
-                        .map(str::to_string)
-                })
+    site_packages(venv)
+        .filter_map(|sp| std::fs::read_dir(sp).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)?
+                .strip_suffix(".dist-info")
+                .map(str::to_string)
         })
-    });
-    found.unwrap_or_else(|| "unknown".into())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Starts `peer` on 127.0.0.1:`port` in front of the simulators on `sims`; the process goes into

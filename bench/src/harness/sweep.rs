@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::exec::{execute, ExecOptions, Outcome};
 use super::peers::PeerPaths;
 use super::spec::{expand, parse_sweep, RunSpec};
-use super::{default_bin_dir, HarnessError};
+use super::{locate, HarnessError};
 use crate::args::{invalid, split_flag, ArgsError};
 
 /// Usage text for `inferrail-bench sweep`.
@@ -84,14 +84,7 @@ where
     }
     let file = file.ok_or(ArgsError::Required("FILE.toml"))?;
     let out_dir = out_dir.unwrap_or_else(|| file.with_extension(""));
-    let bin_dir = match bin_dir {
-        Some(dir) => dir,
-        None => default_bin_dir()?,
-    };
-    let peers = match peers_venv {
-        Some(venv) => PeerPaths { venv },
-        None => PeerPaths::default_for(&bin_dir),
-    };
+    let (bin_dir, peers) = locate(bin_dir, peers_venv)?;
     Ok(SweepArgs {
         file,
         out_dir,

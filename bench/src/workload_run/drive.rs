@@ -49,13 +49,12 @@ struct State {
     /// Later turns due after this are not sent.
     end: Instant,
     recorder: RefCell<Recorder>,
-    in_flight: Cell<u64>,
     peak_in_flight: Cell<u64>,
     conversations_running: Cell<u64>,
     turns_skipped: Cell<u64>,
     /// When the latest measured request ended.
     last_end: Cell<Option<Instant>>,
-    /// Requests sent, ended and failed so far (warmup included), for the progress line.
+    /// Requests sent, ended and failed so far (warmup included): in flight is sent − ended.
     counts: Cell<Counts>,
     /// Set when every conversation ended (stops the progress task).
     finished: Cell<bool>,
@@ -162,7 +161,6 @@ async fn drive(
         measured_from: start + config.warmup,
         end: start + config.warmup + config.duration,
         recorder: RefCell::new(Recorder::new(config.slo)?),
-        in_flight: Cell::new(0),
         peak_in_flight: Cell::new(0),
         conversations_running: Cell::new(0),
         turns_skipped: Cell::new(0),
@@ -272,12 +270,13 @@ fn skip(state: &State, n: usize) {
 
 /// One request scheduled at `scheduled`: records its sample, returns true when it completed.
 async fn one_request(state: &State, scheduled: Instant, request: Bytes) -> bool {
-    let n = state.in_flight.get() + 1;
-    state.in_flight.set(n);
     let mut counts = state.counts.get();
     counts.sent += 1;
     state.counts.set(counts);
-    state.peak_in_flight.set(state.peak_in_flight.get().max(n));
+    let in_flight = counts.sent - counts.ended;
+    state
+        .peak_in_flight
+        .set(state.peak_in_flight.get().max(in_flight));
     let mut observer = Observer::default();
     let sent = Cell::new(None);
     let limit = state.timeout.saturating_sub(scheduled.elapsed());
@@ -292,7 +291,6 @@ async fn one_request(state: &State, scheduled: Instant, request: Bytes) -> bool 
     let sample = observer.finish(measured, scheduled, sent.get(), ended, status);
     let ok = sample.failure.is_none();
     state.recorder.borrow_mut().record(&sample);
-    state.in_flight.set(state.in_flight.get().saturating_sub(1));
     let mut counts = state.counts.get();
     counts.ended += 1;
     counts.failed += u64::from(!ok);
