@@ -2,7 +2,7 @@
 //! (request reports, ticks, config file polling and SIGHUP, replica workers) and the admin
 //! listener.
 
-use crate::admin;
+use crate::admin::listener;
 use crate::controller::{Controller, Seed};
 use crate::live_config::{take_sighup, FilePoller, Refusal};
 use inferrail_dataplane::reports::ReportQueue;
@@ -70,7 +70,7 @@ async fn run(inputs: ControlInputs) {
     let ctl = Controller::start(seed);
     let reporter = monoio::spawn(report_loop(ctl.clone(), reports, shutdown.clone()));
     let ticker = monoio::spawn(tick_loop(ctl.clone(), sighup, shutdown.clone()));
-    admin::serve(listener, Rc::downgrade(&ctl), shutdown.wait()).await;
+    listener::serve(listener, Rc::downgrade(&ctl), shutdown.wait()).await;
     reporter.await;
     ticker.await;
     // The last strong reference: the replica workers stop and the observer references go.

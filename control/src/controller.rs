@@ -6,15 +6,15 @@
 //! that matters to routing ends in [`Controller::publish`], which builds one immutable snapshot,
 //! hands it to every core's mailbox and rings its doorbell.
 
-use crate::decision_log::DecisionLogHandle;
-use crate::discovery::{DiscoveredMember, Discovery, Resolver};
-use crate::engine_load::EngineLoad;
-use crate::fleet_health::{HealthBook, HealthChange, HealthSettings};
+use crate::observe::decision_log::DecisionLogHandle;
+use crate::fleet::discovery::{DiscoveredMember, Discovery, Resolver};
+use crate::fleet::engine_load::EngineLoad;
+use crate::fleet::health::{HealthBook, HealthChange, HealthSettings};
 use crate::live_config::{Applied, ConfigStore, Refusal};
-use crate::registry::{static_replicas, Changes, Registry, Source, Wanted};
-use crate::replica_worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
-use crate::scrape::ScrapeOutcome;
-use crate::shadow::ShadowHandle;
+use crate::fleet::registry::{static_replicas, Changes, Registry, Source, Wanted};
+use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
+use crate::fleet::scrape::ScrapeOutcome;
+use crate::observe::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
@@ -397,7 +397,7 @@ impl Controller {
                     ctl.borrow_mut().on_worker_event(event);
                 }
             });
-            let handle = replica_worker::spawn(
+            let handle = worker::spawn(
                 WorkerTarget {
                     key: m.spec.key,
                     id: m.spec.id.clone(),

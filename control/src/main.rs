@@ -123,41 +123,10 @@ fn serve(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `inferrail calibrate ...`: the fit's table on stderr, the YAML fragment on stdout (or
-/// `--out`); 2 on a usage error, 1 when calibration fails.
-fn calibrate(args: &[String]) -> ExitCode {
-    use inferrail_control::calibrate::{self as cal, CalibrateError};
-    let opts = match cal::parse_args(args) {
-        Ok(o) => o,
-        Err(CalibrateError::Usage(e)) => {
-            eprintln!("inferrail calibrate: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("inferrail calibrate: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = cal::run(&opts).and_then(|report| {
-        eprint!("{}", report.summary());
-        cal::emit(
-            &cal::fragment(&report, opts.model.as_deref()),
-            opts.out.as_deref(),
-        )
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("inferrail calibrate: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
 /// `inferrail replay-shadow LOG`: prints a summary; 0 when every pick reproduces, 1 on the first
 /// mismatch, 2 when the log cannot be read or has a malformed line.
 fn replay_shadow(log: &Path) -> ExitCode {
-    match inferrail_control::replay::replay_shadow(log) {
+    match inferrail_control::observe::replay::replay_shadow(log) {
         Ok(report) => match report.mismatch {
             None => {
                 println!(
@@ -180,12 +149,38 @@ fn replay_shadow(log: &Path) -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Err(e @ inferrail_control::replay::ReplayError::Io { .. }) => {
+        Err(e @ inferrail_control::observe::replay::ReplayError::Io { .. }) => {
             eprintln!("inferrail replay-shadow: {e}");
             ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("inferrail replay-shadow: {}: {e}", log.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `inferrail demo` and `inferrail calibrate` are offline tools that live in the
+/// `inferrail-tools` binary (so the serving binary links neither the simulator nor the fit): runs
+/// the one installed beside this binary with the same arguments and returns its exit code.
+fn run_tool(cmd: &str, rest: &[String]) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("inferrail-tools")));
+    let Some(tool) = beside.filter(|p| p.is_file()) else {
+        eprintln!(
+            "inferrail {cmd}: needs the inferrail-tools binary beside inferrail \
+             (cargo build -p inferrail-tools, or the same --release profile as inferrail)"
+        );
+        return ExitCode::from(2);
+    };
+    match std::process::Command::new(&tool).arg(cmd).args(rest).status() {
+        Ok(status) => match status.code() {
+            Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            None => ExitCode::from(1),
+        },
+        Err(e) => {
+            eprintln!("inferrail {cmd}: cannot run {}: {e}", tool.display());
             ExitCode::from(2)
         }
     }
@@ -232,29 +227,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        "demo" => {
-            let requests = match rest {
-                [] => 6,
-                [flag, n] if flag == "--requests" => match n.parse() {
-                    Ok(n) => n,
-                    Err(_) => {
-                        eprintln!("inferrail demo: --requests needs a number");
-                        return ExitCode::from(2);
-                    }
-                },
-                _ => {
-                    eprint!("{USAGE}");
-                    return ExitCode::from(2);
-                }
-            };
-            match inferrail_control::demo::run(requests) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("inferrail demo: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        "demo" | "calibrate" => run_tool(cmd, rest),
         "replay-shadow" => match rest {
             [log] => replay_shadow(Path::new(log)),
             _ => {
@@ -262,7 +235,6 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        "calibrate" => calibrate(rest),
         "--version" | "-V" => {
             println!("inferrail {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -28,6 +28,7 @@ pub mod reports;
 pub mod rng;
 pub mod shutdown;
 pub mod snapshot;
+#[allow(unsafe_code)] // recv(MSG_PEEK) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
 pub mod split;
 

@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(load) = inferrail_control::engine_load::parse(data) {
+    if let Ok(load) = inferrail_control::fleet::engine_load::parse(data) {
         assert!(load.running >= 0.0 || load.running.is_nan());
     }
 });

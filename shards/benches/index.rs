@@ -10,6 +10,7 @@
 //! - bytes per block of a `ReplicaBlocks` full at 100,000 blocks, counted by a counting
 //!   allocator and compared with `ReplicaBlocks::bytes`;
 //! - `block_hashes` of an 8,000-token prompt in blocks of 16.
+#![allow(unsafe_code)] // the counting global allocator forwards to System
 
 use inferrail_shards::index::{IndexConfig, IndexShards, LookupReply, ReplicaBlocks};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};

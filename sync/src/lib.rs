@@ -10,9 +10,11 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+#[allow(unsafe_code)] // the waker slot's cell accesses (SAFETY comments inside; loom_doorbell)
 mod atomic_waker;
 mod demand_sketch;
 mod doorbell;
+#[allow(unsafe_code)] // Arc raw-pointer handoff (SAFETY comments inside; loom_mailbox)
 mod mailbox;
 mod padded;
 mod prefill_queue;

@@ -5,7 +5,7 @@
 
 pub mod fleet_sim;
 
-use inferrail_control::client::{Connection, Response};
+use inferrail_tools::client::{Connection, Response};
 use inferrail_control::{ConfigSource, Gateway, GatewayOptions};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
 use std::net::SocketAddr;
@@ -95,7 +95,7 @@ impl TestGateway {
     /// body is not JSON).
     pub fn admin(&self, method: &str, path: &str, body: Option<&str>) -> (u16, serde_json::Value) {
         let headers: &[(&str, &str)] = &[("content-type", "application/json")];
-        let r = inferrail_control::client::call(
+        let r = inferrail_tools::client::call(
             self.admin,
             method,
             path,
@@ -109,7 +109,7 @@ impl TestGateway {
 
     /// The merged /metrics text.
     pub fn metrics(&self) -> String {
-        inferrail_control::client::call(self.admin, "GET", "/metrics", &[], None)
+        inferrail_tools::client::call(self.admin, "GET", "/metrics", &[], None)
             .expect("metrics")
             .text()
     }

@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-fn error_json(r: &inferrail_control::client::Response) -> Value {
+fn error_json(r: &inferrail_tools::client::Response) -> Value {
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v: Value = serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()));
     assert_eq!(v["error"]["code"], r.status, "{v}");

@@ -1,7 +1,7 @@
 //! Observability and live config: DNS discovery membership, the shadow log and its replay, the
 //! decision log, and config reloads by SIGHUP, by the admin API and by polling the file.
 
-use inferrail_control::discovery::StaticResolver;
+use inferrail_control::fleet::discovery::StaticResolver;
 use inferrail_control::{ConfigSource, GatewayOptions};
 use inferrail_sim::{EngineOptions, ScriptedEngine};
 use inferrail_tests::*;
@@ -27,7 +27,7 @@ fn temp_file(test: &str, name: &str) -> PathBuf {
 /// An admin API call against `admin`: status and parsed JSON (Null when not JSON).
 fn admin_call(admin: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
     let headers: &[(&str, &str)] = &[("content-type", "application/json")];
-    let r = inferrail_control::client::call(admin, method, path, headers, body.map(str::as_bytes))
+    let r = inferrail_tools::client::call(admin, method, path, headers, body.map(str::as_bytes))
         .expect("admin call");
     let json = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     (r.status, json)

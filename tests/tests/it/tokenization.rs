@@ -53,7 +53,7 @@ fn the_simulator_with_a_tokenizer_counts_what_a_real_vllm_counted() {
                 o.remove(k);
             }
         }
-        let resp = inferrail_control::client::call(
+        let resp = inferrail_tools::client::call(
             sim.addr(),
             "POST",
             path,

@@ -2,7 +2,7 @@
 //! flushed on a deadline, the observer thread loop that feeds it, and the on-disk form of a
 //! routing candidate (written by both logs, read back by the shadow replay).
 
-use crate::shadow::ShadowInputs;
+use crate::observe::shadow::ShadowInputs;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use inferrail_dataplane::brain::{BrainParams, CostParams};
 use inferrail_dataplane::policy::{Candidate, EngineView};

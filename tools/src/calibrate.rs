@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use inferrail_config::UpstreamUrl;
 
 use crate::client::{Connection, Response};
-use crate::engine_load::{self, EngineKind};
+use inferrail_control::fleet::engine_load::{self, EngineKind};
 use crate::nnls;
 
 /// Probes by default.

@@ -13,8 +13,8 @@
 //! the next tick. Dropping the [`WorkerHandle`] stops both loops at once, even one sleeping a
 //! long interval or waiting on a hung engine, and no event is delivered after the drop.
 
-use crate::probe::http_get;
-use crate::scrape::{scrape, AnswerLog, ScrapeOutcome, PAGE_CAP};
+use crate::fleet::probe::http_get;
+use crate::fleet::scrape::{scrape, AnswerLog, ScrapeOutcome, PAGE_CAP};
 use inferrail_config::{Health, Load};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -300,9 +300,9 @@ impl Future for Stopped<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::tests::{hung, pour, read_request, run, TestEngine};
-    use crate::probe::ProbeError;
-    use crate::scrape::tests::busy_page;
+    use crate::fleet::probe::tests::{hung, pour, read_request, run, TestEngine};
+    use crate::fleet::probe::ProbeError;
+    use crate::fleet::scrape::tests::busy_page;
     use std::io::Write;
 
     const INTERVAL: Duration = Duration::from_millis(50);

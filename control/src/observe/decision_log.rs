@@ -1,7 +1,7 @@
 //! The decision log writer: one JSON line per sampled routing decision, written off the data
 //! cores by its own thread.
 
-use crate::jsonl::{self, LineWriter, Worker};
+use crate::observe::jsonl::{self, LineWriter, Worker};
 use crossbeam_channel::Receiver;
 use inferrail_dataplane::observe::DecisionRecord;
 use serde_json::{json, Value};
@@ -84,10 +84,10 @@ fn record_line(rec: &DecisionRecord, log_prompts: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::test_support::{snapshot, temp_path};
+    use crate::observe::jsonl::test_support::{snapshot, temp_path};
     use inferrail_config::PolicyKind;
 
-    use crate::jsonl::test_support::cand;
+    use crate::observe::jsonl::test_support::cand;
 
     fn record(snap: &Arc<inferrail_dataplane::Snapshot>, i: u32) -> DecisionRecord {
         DecisionRecord {

@@ -1,7 +1,7 @@
 //! `inferrail demo`: a gateway in front of three in-process engines, exercised end to end.
 
 use crate::client::{call, Connection};
-use crate::gateway::Gateway;
+use inferrail_control::gateway::Gateway;
 use inferrail_sim::server::{SimOptions, SimServer};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ pub enum DemoError {
     Config(#[from] inferrail_config::ConfigError),
     /// The gateway did not start.
     #[error(transparent)]
-    Gateway(#[from] crate::GatewayError),
+    Gateway(#[from] inferrail_control::GatewayError),
     /// A request through the gateway failed.
     #[error("request through the gateway failed: {0}")]
     Request(std::io::Error),
@@ -51,7 +51,7 @@ pub fn run(requests: usize) -> Result<(), DemoError> {
         engines.push(SimServer::start(opts).map_err(DemoError::Engine)?);
     }
     let urls: Vec<String> = engines.iter().map(SimServer::url).collect();
-    let source = crate::ConfigSource::from_yaml(&demo_config(&urls))?;
+    let source = inferrail_control::ConfigSource::from_yaml(&demo_config(&urls))?;
     let gateway = Gateway::start(source)?;
     let addr = gateway.listen_addr;
     println!("Inferrail demo");

@@ -1,11 +1,11 @@
 //! The shadow worker: re-runs sampled routing decisions with the configured shadow policies,
 //! counts how often each agrees with the real one, and optionally logs every decision so
-//! [`crate::replay`] can check it reproduces.
+//! [`crate::observe::replay`] can check it reproduces.
 //!
 //! The decision logic is the pure [`ShadowEngine`] (no I/O, no clock); the thread around it only
 //! receives jobs, keeps the counts and writes the log.
 
-use crate::jsonl::{self, LineWriter, Worker};
+use crate::observe::jsonl::{self, LineWriter, Worker};
 use crossbeam_channel::Receiver;
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::brain::{self, BrainParams, RouteInput};
@@ -347,10 +347,10 @@ fn shadow_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::test_support::{snapshot, temp_path};
+    use crate::observe::jsonl::test_support::{snapshot, temp_path};
     use inferrail_dataplane::Snapshot;
 
-    use crate::jsonl::test_support::cand;
+    use crate::observe::jsonl::test_support::cand;
 
     fn job(snap: &Arc<Snapshot>, shadow: &[PolicyKind], id: &str, chosen: usize) -> ShadowJob {
         ShadowJob {

@@ -1,12 +1,12 @@
 //! The admin API's answers, built from the controller: replicas, config (GET, PATCH, reload),
 //! shadow agreement, and the merged metrics page.
 
-use crate::admin::AdminResponse;
-use crate::control_metrics::{
+use crate::admin::listener::AdminResponse;
+use crate::admin::metrics::{
     self, BrainView, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
 };
 use crate::controller::{Controller, ScrapeState};
-use crate::fleet_health::ReplicaHealth;
+use crate::fleet::health::ReplicaHealth;
 use crate::live_config::Refusal;
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::brain::{Guard, Steering};
@@ -444,6 +444,6 @@ fn shadow_rows(report: &Value) -> Vec<ShadowRow> {
 pub fn metrics_text(ctl: &mut Controller) -> String {
     let mut text = ctl.history.render();
     let view = control_view(ctl, Instant::now());
-    text.push_str(&control_metrics::render(&view));
+    text.push_str(&metrics::render(&view));
     text
 }

@@ -1,8 +1,8 @@
 //! Replays a shadow log: rebuilds the shadow policies exactly as the worker did, re-runs every
 //! logged shadow pick from the logged inputs, and reports the first pick that does not reproduce.
 
-use crate::jsonl;
-use crate::shadow::{ShadowEngine, ShadowInputs};
+use crate::observe::jsonl;
+use crate::observe::shadow::{ShadowEngine, ShadowInputs};
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::policy::Candidate;
 use serde_json::Value;
@@ -54,7 +54,7 @@ pub struct ReplayReport {
     pub mismatch: Option<Mismatch>,
 }
 
-/// Replays the shadow log at `path` (see [`crate::shadow::spawn_shadow`] for its lines).
+/// Replays the shadow log at `path` (see [`crate::observe::shadow::spawn_shadow`] for its lines).
 /// `start` lines reset all policy state (a new worker run); `config` lines enter a generation;
 /// each `shadow` line's picks are re-run in the engine. Malformed lines are errors naming the
 /// line; a pick that differs ends the replay with [`ReplayReport::mismatch`] set.
@@ -224,14 +224,14 @@ fn array_field<'a>(v: &'a Value, name: &str) -> Result<&'a Vec<Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonl::test_support::{snapshot, temp_path};
-    use crate::shadow::{decision_rng, spawn_shadow};
+    use crate::observe::jsonl::test_support::{snapshot, temp_path};
+    use crate::observe::shadow::{decision_rng, spawn_shadow};
     use inferrail_dataplane::observe::ShadowJob;
     use inferrail_dataplane::rng::Rng;
     use inferrail_dataplane::Snapshot;
     use std::sync::Arc;
 
-    use crate::jsonl::test_support::cand;
+    use crate::observe::jsonl::test_support::cand;
 
     const SHADOW: [PolicyKind; 7] = [
         PolicyKind::RoundRobin,

@@ -1,12 +1,12 @@
 //! Scraping an engine's `/metrics` page into a load report, and logging answer transitions.
 //!
-//! [`scrape`] fetches the page with [`crate::probe::http_get`] (bounded in time and size) and
-//! parses it with [`crate::engine_load::parse`]; every result is one [`ScrapeOutcome`].
+//! [`scrape`] fetches the page with [`crate::fleet::probe::http_get`] (bounded in time and size) and
+//! parses it with [`crate::fleet::engine_load::parse`]; every result is one [`ScrapeOutcome`].
 //! [`AnswerLog`] is the pure tracker that makes a replica which stops answering produce one log
 //! line at the transition, not one per failed attempt.
 
-use crate::engine_load::{self, EngineLoad};
-use crate::probe::{http_get, ProbeError};
+use crate::fleet::engine_load::{self, EngineLoad};
+use crate::fleet::probe::{http_get, ProbeError};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -112,8 +112,8 @@ impl AnswerLog {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::engine_load::EngineKind;
-    use crate::probe::tests::{read_request, run, TestEngine};
+    use crate::fleet::engine_load::EngineKind;
+    use crate::fleet::probe::tests::{read_request, run, TestEngine};
     use std::io::Write;
 
     /// Lines 55-114 and 552-554 of a vLLM 0.32 `/metrics` page captured from a live engine

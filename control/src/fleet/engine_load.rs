@@ -459,19 +459,19 @@ mod tests {
     const FIXTURES: [(&str, &str); 4] = [
         (
             "00_metrics_before",
-            include_str!("../tests/fixtures/engine_load/00_metrics_before.body"),
+            include_str!("../../tests/fixtures/engine_load/00_metrics_before.body"),
         ),
         (
             "57_metrics_after_evictions",
-            include_str!("../tests/fixtures/engine_load/57_metrics_after_evictions.body"),
+            include_str!("../../tests/fixtures/engine_load/57_metrics_after_evictions.body"),
         ),
         (
             "60_metrics_after",
-            include_str!("../tests/fixtures/engine_load/60_metrics_after.body"),
+            include_str!("../../tests/fixtures/engine_load/60_metrics_after.body"),
         ),
         (
             "61_metrics_after_openmetrics",
-            include_str!("../tests/fixtures/engine_load/61_metrics_after_openmetrics.body"),
+            include_str!("../../tests/fixtures/engine_load/61_metrics_after_openmetrics.body"),
         ),
     ];
 

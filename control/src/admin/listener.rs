@@ -3,7 +3,7 @@
 //!
 //! It has no authentication: it listens on 127.0.0.1 by default and must not be exposed.
 
-use crate::admin_api;
+use crate::admin::api;
 use crate::controller::Controller;
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::{full_response, openai_error, BodyFraming, ErrorKind, Method, RequestHead};
@@ -179,7 +179,7 @@ fn route(
         b"/metrics" if get => AdminResponse {
             status: 200,
             content_type: "text/plain; version=0.0.4; charset=utf-8",
-            body: admin_api::metrics_text(&mut ctl.borrow_mut()).into_bytes(),
+            body: api::metrics_text(&mut ctl.borrow_mut()).into_bytes(),
             headers: Vec::new(),
         },
         b"/health" if get => AdminResponse {
@@ -192,9 +192,9 @@ fn route(
             if get {
                 let ctl = ctl.borrow();
                 if path == b"/admin/replicas" {
-                    AdminResponse::json(200, &admin_api::replicas(&ctl, Instant::now()))
+                    AdminResponse::json(200, &api::replicas(&ctl, Instant::now()))
                 } else {
-                    AdminResponse::json(200, &admin_api::shadow(&ctl))
+                    AdminResponse::json(200, &api::shadow(&ctl))
                 }
             } else {
                 AdminResponse::method_not_allowed(b"GET, HEAD")
@@ -202,16 +202,16 @@ fn route(
         }
         b"/admin/config" => match head.method {
             Method::Get | Method::Head => {
-                AdminResponse::json(200, &admin_api::config(&ctl.borrow()))
+                AdminResponse::json(200, &api::config(&ctl.borrow()))
             }
             Method::Other if head.bytes.starts_with(b"PATCH ") => {
-                admin_api::patch_config(&mut ctl.borrow_mut(), body, started)
+                api::patch_config(&mut ctl.borrow_mut(), body, started)
             }
             _ => AdminResponse::method_not_allowed(b"GET, HEAD, PATCH"),
         },
         b"/admin/index" => {
             if get {
-                AdminResponse::json(200, &admin_api::index(&ctl.borrow()))
+                AdminResponse::json(200, &api::index(&ctl.borrow()))
             } else {
                 AdminResponse::method_not_allowed(b"GET, HEAD")
             }
@@ -229,14 +229,14 @@ fn route(
                 Endpoint::Chat
             };
             if path.starts_with(b"/admin/tokenize/") {
-                admin_api::tokenize(&ctl.borrow(), endpoint, body)
+                api::tokenize(&ctl.borrow(), endpoint, body)
             } else {
-                crate::explain::explain(&ctl.borrow(), head, endpoint, body)
+                crate::admin::explain::explain(&ctl.borrow(), head, endpoint, body)
             }
         }
         b"/admin/reload" => {
             if head.method == Method::Post {
-                admin_api::reload(&mut ctl.borrow_mut(), started)
+                api::reload(&mut ctl.borrow_mut(), started)
             } else {
                 AdminResponse::method_not_allowed(b"POST")
             }

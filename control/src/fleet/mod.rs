@@ -1,0 +1,12 @@
+//! Replica membership and health on the control thread: the registry of configured and
+//! discovered replicas ([`registry`], [`discovery`]), health probes and ejection ([`probe`],
+//! [`health`]), each replica's worker ([`worker`]) and the engines' own load reports
+//! ([`scrape`], [`engine_load`]).
+
+pub mod discovery;
+pub mod engine_load;
+pub mod health;
+pub mod probe;
+pub mod registry;
+pub mod scrape;
+pub mod worker;
