@@ -1,7 +1,7 @@
 //! The admin API's answers, built from the controller: replicas, config (GET, PATCH, reload),
 //! shadow agreement, and the merged metrics page.
 
-use crate::admin::listener::AdminResponse;
+use crate::admin::response::AdminResponse;
 use crate::admin::metrics::{
     self, BrainView, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
 };

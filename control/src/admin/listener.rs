@@ -4,9 +4,10 @@
 //! It has no authentication: it listens on 127.0.0.1 by default and must not be exposed.
 
 use crate::admin::api;
+use crate::admin::response::AdminResponse;
 use crate::controller::Controller;
 use inferrail_shards::tokenize::Endpoint;
-use inferrail_wire::{full_response, openai_error, BodyFraming, ErrorKind, Method, RequestHead};
+use inferrail_wire::{full_response, BodyFraming, ErrorKind, Method, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::RefCell;
@@ -59,46 +60,6 @@ async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> bool {
         }
     }
     true
-}
-
-/// A response to write: status, extra headers, JSON or text body.
-pub struct AdminResponse {
-    /// HTTP status.
-    pub status: u16,
-    /// Content type.
-    pub content_type: &'static str,
-    /// Body.
-    pub body: Vec<u8>,
-    /// Extra headers.
-    pub headers: Vec<(&'static str, &'static [u8])>,
-}
-
-impl AdminResponse {
-    /// A JSON answer.
-    pub fn json(status: u16, value: &serde_json::Value) -> AdminResponse {
-        AdminResponse {
-            status,
-            content_type: "application/json",
-            body: serde_json::to_vec(value).unwrap_or_default(),
-            headers: Vec::new(),
-        }
-    }
-
-    /// An OpenAI-shaped error.
-    pub fn error(kind: ErrorKind, message: &str) -> AdminResponse {
-        AdminResponse {
-            status: kind.status(),
-            content_type: "application/json",
-            body: openai_error(kind, message, None),
-            headers: Vec::new(),
-        }
-    }
-
-    fn method_not_allowed(allow: &'static [u8]) -> AdminResponse {
-        let mut r = AdminResponse::error(ErrorKind::MethodNotAllowed, "Method Not Allowed");
-        r.headers.push(("allow", allow));
-        r
-    }
 }
 
 /// Serves one admin connection. It holds the controller weakly, so an idle keep-alive connection

@@ -6,3 +6,4 @@ pub mod api;
 pub mod explain;
 pub mod listener;
 pub mod metrics;
+pub mod response;
