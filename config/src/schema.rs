@@ -370,7 +370,8 @@ impl CostModelParams {
     /// seconds. Never negative for valid (non-negative) coefficients; grows with `u` and `c`.
     pub fn prefill_secs(&self, u: u32, c: u32) -> f64 {
         let (u, c) = (f64::from(u), f64::from(c));
-        self.prefill_token_secs * u + self.prefill_pair_secs * u * (c + u / 2.0)
+        self.prefill_token_secs * u
+            + self.prefill_pair_secs * u * (c + u / 2.0)
             + self.prefill_fixed_secs
     }
 }
@@ -585,6 +586,8 @@ mod cost_model_serde {
         assert!(serde_yaml::from_str::<CostModelParams>("prefill_secs: 1").is_err());
         assert_eq!(p.prefill_secs(0, 0), 0.0);
         let d = CostModelParams::default();
-        assert!((d.prefill_secs(1000, 500) - (0.1 + 3.3e-9 * 1000.0 * 1000.0 + 0.005)).abs() < 1e-12);
+        assert!(
+            (d.prefill_secs(1000, 500) - (0.1 + 3.3e-9 * 1000.0 * 1000.0 + 0.005)).abs() < 1e-12
+        );
     }
 }

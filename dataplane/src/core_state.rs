@@ -827,9 +827,9 @@ mod explain_agreement {
     use super::tests::{live, report, snapshot, spec};
     use super::*;
     use crate::offers::offers;
-    use inferrail_routing::BrainParams;
     use crate::snapshot::{ReplicaLive, ReplicaSpec};
     use inferrail_config::PolicyKind;
+    use inferrail_routing::BrainParams;
     use proptest::prelude::{any, prop_assert_eq, proptest};
 
     proptest! {

@@ -214,7 +214,10 @@ impl BrainStats {
         );
         let est = d.winner_row().estimate.total();
         bump(&self.estimate_buckets[bucket(&ESTIMATE_BUCKETS, est)]);
-        add(&self.estimate_micros, inferrail_routing::fleet::secs_to_micros(est));
+        add(
+            &self.estimate_micros,
+            inferrail_routing::fleet::secs_to_micros(est),
+        );
         for r in &d.rows {
             if let Some(g) = r.set_aside {
                 let i = inferrail_routing::Guard::ALL

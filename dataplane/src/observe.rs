@@ -4,11 +4,11 @@
 //! A core fills a job or record only for sampled requests and gives it to its own [`Sink`]; when
 //! the observer thread lags, the item is dropped and counted instead of delaying the request.
 
-use inferrail_routing::Candidate;
 use crate::predict::PromptFacts;
 use crate::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use inferrail_config::PolicyKind;
+use inferrail_routing::Candidate;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -1,16 +1,16 @@
 //! Proxying one completion request: choose a replica, send the request, relay the response frame
 //! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
 
-use inferrail_routing::{brain, BrainParams, RouteInput};
 use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
 use crate::errors::AttemptError;
-use inferrail_routing::FleetFacts;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::{DecisionRecord, ShadowJob};
-use inferrail_routing::Candidate;
 use crate::predict::PromptFacts;
 use crate::sockets::ClientWatch;
+use inferrail_routing::Candidate;
+use inferrail_routing::FleetFacts;
+use inferrail_routing::{brain, BrainParams, RouteInput};
 use inferrail_shards::index::RecordTicket;
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};

@@ -181,4 +181,3 @@ impl Decision {
         self.rows.get(self.winner).copied().unwrap_or_default()
     }
 }
-

@@ -110,4 +110,3 @@ impl RouteInput<'_> {
         self.prompt.map_or(self.approx_tokens, |p| p.tokens)
     }
 }
-

@@ -96,16 +96,34 @@ mod tests {
     #[test]
     fn a_candidate_carries_the_readings_and_a_fresh_report_only() {
         let max_age = Duration::from_millis(500);
-        let c = candidate(4, 77, load(), Some(report(Duration::from_millis(500))), max_age);
+        let c = candidate(
+            4,
+            77,
+            load(),
+            Some(report(Duration::from_millis(500))),
+            max_age,
+        );
         assert_eq!((c.replica, c.key), (4, 77));
         assert_eq!((c.in_flight, c.pending, c.prompt_tokens), (3, 2, 900));
         assert_eq!(c.queued_prefill_secs, 0.25);
         assert_eq!((c.cached_tokens, c.tier_secs), (None, 0.0));
-        let e = c.engine.expect("a report exactly max_age old is still fresh");
+        let e = c
+            .engine
+            .expect("a report exactly max_age old is still fresh");
         assert_eq!((e.running, e.waiting, e.kv_cache_usage), (4.0, 1.0, 0.5));
         assert_eq!(e.age_micros, 500_000);
-        assert_eq!(c.load(), 5, "the engine's running + waiting exceeds the gateway's count");
-        let stale = candidate(4, 77, load(), Some(report(Duration::from_millis(501))), max_age);
+        assert_eq!(
+            c.load(),
+            5,
+            "the engine's running + waiting exceeds the gateway's count"
+        );
+        let stale = candidate(
+            4,
+            77,
+            load(),
+            Some(report(Duration::from_millis(501))),
+            max_age,
+        );
         assert_eq!(stale.engine, None);
         assert_eq!(stale.load(), 3);
         assert_eq!(candidate(4, 77, load(), None, max_age).engine, None);

@@ -49,9 +49,7 @@ pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Opt
     let tokens = input.prompt_tokens();
     let hot = hot_root(input, candidates.len());
     let owners = match hot {
-        Some(h) if h.owners > 0 => {
-            top_by_rendezvous(h.root, candidates, h.owners as usize)
-        }
+        Some(h) if h.owners > 0 => top_by_rendezvous(h.root, candidates, h.owners as usize),
         _ => Vec::new(),
     };
     let root_tokens = match (input.prompt, hot) {
