@@ -726,16 +726,25 @@ impl Report {
 }
 
 impl Report {
-    /// The fitted cost model: `a`, `b` and `d` from the fit; `decode_interference_secs`, which
+    /// The fitted cost model: `a`, `b` and `d` from the fit, to five significant digits (the
+    /// fit is not finer, and the fragment stays readable); `decode_interference_secs`, which
     /// calibration does not measure, at its default (what the config uses when it is left out).
     pub fn cost_model(&self) -> CostModelParams {
         CostModelParams {
-            prefill_token_secs: self.prefill_token_secs,
-            prefill_pair_secs: self.prefill_pair_secs,
-            prefill_fixed_secs: self.prefill_fixed_secs,
+            prefill_token_secs: five_digits(self.prefill_token_secs),
+            prefill_pair_secs: five_digits(self.prefill_pair_secs),
+            prefill_fixed_secs: five_digits(self.prefill_fixed_secs),
             ..CostModelParams::default()
         }
     }
+}
+
+/// `v` rounded to five significant digits (0 and non-finite values unchanged).
+fn five_digits(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    format!("{v:.4e}").parse().unwrap_or(v)
 }
 
 /// The YAML fragment with the fitted coefficients ([`Report::cost_model`], written by serde in

@@ -4,14 +4,14 @@
 //! It owns what a decision is: [`offer::candidate`] builds the candidates, [`brain::decide`]
 //! chooses among them, [`brain::commit`] records what the choice changes in the [`FleetFacts`].
 //! The data plane, the control thread's explain/shadow/replay and the fleet simulation all call
-//! these same functions. It must never do I/O, open a socket, spawn or block a thread, use
-//! `unsafe`, or read a clock: a decision's time is an argument (`RouteInput::now_micros`), so
-//! the same inputs and seed always decide the same.
+//! these same functions. It must never do I/O, open a socket, spawn or block a thread, or read
+//! a clock: a decision's time is an argument (`RouteInput::now_micros`), so the same inputs and
+//! seed always decide the same. Unchecked (non-borrow-checked) code is forbidden outright by the
+//! crate's lint table in routing/Cargo.toml.
 //!
 //! Modules import one way: plain data ([`candidate`], [`cost`], [`decision`], [`input`],
 //! [`fleet`], [`rng`]) <- [`rendezvous`] and the [`policy`] contract <- [`policies`] <- the
 //! [`brain`] (whose tests use everything).
-#![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
