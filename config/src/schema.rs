@@ -335,8 +335,13 @@ impl Default for Routing {
     }
 }
 
-/// Prefill time `P(u, c) = a*u + b*u*(c + u/2) + d` for `u` tokens to compute and `c` cached.
-#[derive(Debug, Clone, PartialEq)]
+/// Prefill time `P(u, c) = a*u + b*u*(c + u/2) + d` for `u` tokens to compute and `c` cached:
+/// the cost model's coefficients, read from `routing.cost_model` or a model's own `cost_model`,
+/// priced by the routing brain and written by `inferrail calibrate`. Serializes to (and
+/// deserializes from) exactly the keys of the config's `cost_model` section; keys left out take
+/// their defaults.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CostModelParams {
     /// `a`, seconds per computed token. Default 0.0001, >= 0.
     pub prefill_token_secs: f64,
@@ -357,6 +362,17 @@ impl Default for CostModelParams {
             prefill_fixed_secs: 0.005,
             decode_interference_secs: 0.0003,
         }
+    }
+}
+
+impl CostModelParams {
+    /// `P(u, c) = a*u + b*u*(c + u/2) + d`: prefill of `u` computed tokens after `c` cached, in
+    /// seconds. Never negative for valid (non-negative) coefficients; grows with `u` and `c`.
+    pub fn prefill_secs(&self, u: u32, c: u32) -> f64 {
+        let (u, c) = (f64::from(u), f64::from(c));
+        self.prefill_token_secs * u
+            + self.prefill_pair_secs * u * (c + u / 2.0)
+            + self.prefill_fixed_secs
     }
 }
 
@@ -534,4 +550,44 @@ impl DecisionLog {
 pub struct Logging {
     /// Log prompt text (off by default: prompts may hold private data).
     pub log_prompts: bool,
+}
+
+#[cfg(test)]
+mod cost_model_serde {
+    use super::CostModelParams;
+
+    /// What serde writes is what the config loader reads back, key for key, and serde reads the
+    /// config's keys with the loader's defaults for the ones left out.
+    #[test]
+    fn serde_and_the_config_loader_agree_on_the_cost_model() {
+        let p = CostModelParams {
+            prefill_token_secs: 2.5e-4,
+            prefill_pair_secs: 1.25e-8,
+            prefill_fixed_secs: 0.0,
+            decode_interference_secs: 0.002,
+        };
+        let yaml = serde_yaml::to_string(&p).unwrap();
+        let indented: String = yaml.lines().map(|l| format!("    {l}\n")).collect();
+        let text = format!(
+            "models: [{{name: m}}]\nreplicas: [{{id: r, url: 'http://a:1', models: [m]}}]\n\
+             routing:\n  cost_model:\n{indented}"
+        );
+        let config = crate::parse_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(config.routing.cost_model, p, "{text}");
+        assert_eq!(serde_yaml::from_str::<CostModelParams>(&yaml).unwrap(), p);
+        let partial: CostModelParams = serde_yaml::from_str("prefill_fixed_secs: 0.01").unwrap();
+        assert_eq!(
+            partial,
+            CostModelParams {
+                prefill_fixed_secs: 0.01,
+                ..CostModelParams::default()
+            }
+        );
+        assert!(serde_yaml::from_str::<CostModelParams>("prefill_secs: 1").is_err());
+        assert_eq!(p.prefill_secs(0, 0), 0.0);
+        let d = CostModelParams::default();
+        assert!(
+            (d.prefill_secs(1000, 500) - (0.1 + 3.3e-9 * 1000.0 * 1000.0 + 0.005)).abs() < 1e-12
+        );
+    }
 }

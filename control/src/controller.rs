@@ -18,13 +18,14 @@ use crate::observe::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
-use inferrail_dataplane::fleet::FleetFacts;
+use inferrail_dataplane::fleet::FleetClock;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
 use inferrail_dataplane::predict::Predictor;
 use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
 use inferrail_dataplane::snapshot::{
     ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec, Snapshot,
 };
+use inferrail_routing::FleetFacts;
 use inferrail_sync::Mailbox;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -130,6 +131,8 @@ pub struct Observers {
     pub prediction_stats: Vec<Arc<PredictionStats>>,
     /// Fleet-wide sessions and prefix demand (read by explain).
     pub fleet: Arc<FleetFacts>,
+    /// Their clock, the one the data cores read.
+    pub fleet_clock: FleetClock,
     /// Each core's routing-brain counters.
     pub brain_stats: Vec<Arc<BrainStats>>,
 }

@@ -10,12 +10,13 @@ use crate::observe::shadow::{spawn_shadow, ShadowHandle};
 use inferrail_config::{Config, ConfigError, Count};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::cores::CoreWiring;
-use inferrail_dataplane::fleet::FleetFacts;
+use inferrail_dataplane::fleet::FleetClock;
 use inferrail_dataplane::metrics::MetricsEpoch;
 use inferrail_dataplane::observe::sink_pair;
 use inferrail_dataplane::reports::ReportQueue;
 use inferrail_dataplane::snapshot::{ConfigPart, ReplicaLive};
 use inferrail_dataplane::{start_cores, CoreOptions, CoreSet, ShutdownSignal, Snapshot};
+use inferrail_routing::FleetFacts;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -215,6 +216,7 @@ impl Gateway {
             .map(|_| Arc::new(BrainStats::default()))
             .collect();
         let fleet = Arc::new(FleetFacts::new(config.routing.hot_prefix.window));
+        let fleet_clock = FleetClock::start();
         let reports = Arc::new(ReportQueue::new(65_536));
         let stats: Vec<Arc<CoreStats>> = (0..core_count)
             .map(|_| Arc::new(CoreStats::new()))
@@ -238,6 +240,7 @@ impl Gateway {
                 predictor: predictor.clone(),
                 prediction_stats: prediction_stats.clone(),
                 fleet: fleet.clone(),
+                fleet_clock,
                 brain_stats: brain_stats.clone(),
             },
             shutdown.clone(),
@@ -286,6 +289,7 @@ impl Gateway {
                 predictor,
                 prediction_stats,
                 fleet,
+                fleet_clock,
                 brain_stats,
             },
         };

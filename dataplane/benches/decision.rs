@@ -1,5 +1,5 @@
 //! Benchmark of one full cost_model decision (`cargo bench -p inferrail-dataplane --bench
-//! decision`): an 8,000-token prompt (500 blocks of 16), the index lookup on every replica's
+//! decision`; here, not in inferrail-routing, because it times the index lookup too): an 8,000-token prompt (500 blocks of 16), the index lookup on every replica's
 //! shadow (`ReplicaBlocks::matched_prefix`, what an index shard runs), the predicted cached
 //! tokens, pricing, guards and the pick — at 8, 64 and 256 replicas. Also the decision alone
 //! (candidates already annotated) to split the two.
@@ -9,11 +9,11 @@
 //! conversation, a quarter all of it). Plain `Instant` timing per decision; p50 and p99.
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{self, BrainParams, PromptView, RouteInput};
-use inferrail_dataplane::fleet::FleetFacts;
-use inferrail_dataplane::policy::{self, Candidate, EngineView};
 use inferrail_dataplane::predict::PromptFacts;
-use inferrail_dataplane::rng::Rng as CoreRng;
+use inferrail_routing::offer::{self, EngineReading, LoadReading};
+use inferrail_routing::rng::Rng as CoreRng;
+use inferrail_routing::RouteInput;
+use inferrail_routing::{brain, policies, BrainParams, Candidate, FleetFacts, PromptView};
 use inferrail_shards::index::ReplicaBlocks;
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use std::time::{Duration, Instant};
@@ -81,22 +81,23 @@ fn main() {
     for n in [8usize, 64, 256] {
         let replicas = shadows(&salt, &facts.hashes, n, &mut rng);
         let mut candidates: Vec<Candidate> = (0..n)
-            .map(|r| Candidate {
-                replica: r,
-                key: r as u64 + 1,
-                in_flight: (r % 7) as u32,
-                pending: (r % 3) as u32,
-                engine: Some(EngineView {
+            .map(|r| {
+                let load = LoadReading {
+                    in_flight: (r % 7) as u32,
+                    pending: (r % 3) as u32,
+                    prompt_tokens: 0,
+                    queued_prefill_secs: (r % 5) as f64 * 0.1,
+                };
+                let engine = EngineReading {
                     running: (r % 7) as f64,
                     waiting: 0.0,
                     kv_cache_usage: 0.5,
-                    age_micros: 1000,
-                }),
-                queued_prefill_secs: (r % 5) as f64 * 0.1,
-                ..Candidate::default()
+                    age: Duration::from_millis(1),
+                };
+                offer::candidate(r, r as u64 + 1, load, Some(engine), Duration::from_secs(1))
             })
             .collect();
-        let mut policy = policy::build(PolicyKind::CostModel);
+        let mut policy = policies::build(PolicyKind::CostModel);
         let mut core_rng = CoreRng::new(7);
         let reps = if n == 256 { 5_000 } else { 20_000 };
         let (mut full, mut alone) = (Vec::with_capacity(reps), Vec::with_capacity(reps));

@@ -5,21 +5,20 @@
 //! Everything here is `Rc`/`Cell`/`RefCell`: it is only ever touched by its own core's thread,
 //! and no `RefCell` borrow is held across an `.await`.
 
-use crate::brain::{self, Decision, RouteInput};
 use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
-use crate::fleet::{FleetClock, FleetFacts, FleetReplica};
+use crate::fleet::{FleetClock, FleetReplica};
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::offers;
-use crate::policy::{self, Candidate, RoutingPolicy};
 use crate::pool::IdlePool;
 use crate::predict::Predictor;
 use crate::reports::{ReplicaReport, ReportQueue};
-use crate::rng::Rng;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::{core_share, Snapshot};
 use inferrail_config::PolicyKind;
+use inferrail_routing::{brain, policies, Candidate, Decision, FleetFacts, Rng};
+use inferrail_routing::{RouteInput, RoutingPolicy};
 use inferrail_sync::Mailbox;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -289,7 +288,7 @@ impl CoreView {
                 self.recorder.decision(model, p.kind());
                 d
             }
-            None => brain::decide(&mut policy::LeastRequest, input, candidates, rng),
+            None => brain::decide(&mut policies::LeastRequest, input, candidates, rng),
         }
     }
 
@@ -359,8 +358,10 @@ pub struct CoreContext {
     pub predictor: Option<Arc<Predictor>>,
     /// This core's prediction counters.
     pub prediction_stats: Arc<PredictionStats>,
-    /// Fleet-wide sessions and prefix demand, and their clock.
+    /// Fleet-wide sessions and prefix demand.
     pub fleet: Arc<FleetFacts>,
+    /// The clock of the fleet facts and the replicas' fleet counters (one for the gateway).
+    pub fleet_clock: FleetClock,
     /// This core's routing-brain counters.
     pub brain_stats: Arc<BrainStats>,
     rng: RefCell<Rng>,
@@ -421,6 +422,8 @@ pub struct CoreLinks {
     pub prediction_stats: Arc<PredictionStats>,
     /// Fleet-wide sessions and prefix demand (one for the whole gateway).
     pub fleet: Arc<FleetFacts>,
+    /// Their clock (one for the whole gateway).
+    pub fleet_clock: FleetClock,
     /// This core's routing-brain counters.
     pub brain_stats: Arc<BrainStats>,
     /// Shutdown.
@@ -451,6 +454,7 @@ impl CoreContext {
             predictor: links.predictor,
             prediction_stats: links.prediction_stats,
             fleet: links.fleet,
+            fleet_clock: links.fleet_clock,
             brain_stats: links.brain_stats,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
             shutdown: links.shutdown,
@@ -591,7 +595,7 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
                         })?;
                         o.arms.get(mi)?.get(ai).cloned()
                     });
-                    kept.unwrap_or_else(|| Rc::new(RefCell::new(policy::build(arm.policy))))
+                    kept.unwrap_or_else(|| Rc::new(RefCell::new(policies::build(arm.policy))))
                 })
                 .collect()
         })
@@ -641,7 +645,7 @@ replicas:
         }
     }
 
-    fn clock() -> Arc<FleetFacts> {
+    fn facts() -> Arc<FleetFacts> {
         Arc::new(FleetFacts::new(Duration::from_secs(10)))
     }
 
@@ -719,8 +723,7 @@ replicas:
         // In flight comes from the fleet-wide counters (the one request acquired here), pending
         // from this core's live cells plus the other cores' snapshot counts.
         let view = build_view(0, 2, snap, None);
-        let clock = clock();
-        let _slot = view.acquire(0, 100, 0.25, clock.clock, 0).unwrap();
+        let _slot = view.acquire(0, 100, 0.25, FleetClock::start(), 0).unwrap();
         let c = view.candidates(0, &[], now, 0);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1, 1 + 2));
@@ -797,8 +800,8 @@ replicas:
         assert!(Rc::ptr_eq(&v1.arms[0][0], &v2.arms[0][0]));
         let mut rng = Rng::new(1);
         let c = v2.candidates(0, &[], Instant::now(), 0);
-        let fleet = clock();
-        let params = crate::brain::BrainParams::default();
+        let fleet = facts();
+        let params = inferrail_routing::BrainParams::default();
         let input = RouteInput {
             prompt: None,
             approx_tokens: 0,
@@ -823,10 +826,10 @@ mod explain_agreement {
     //! a request decides what routing it would.
     use super::tests::{live, report, snapshot, spec};
     use super::*;
-    use crate::brain::BrainParams;
     use crate::offers::offers;
     use crate::snapshot::{ReplicaLive, ReplicaSpec};
     use inferrail_config::PolicyKind;
+    use inferrail_routing::BrainParams;
     use proptest::prelude::{any, prop_assert_eq, proptest};
 
     proptest! {
@@ -861,14 +864,14 @@ mod explain_agreement {
             prop_assert_eq!(&routed, &explained);
             if !routed.is_empty() {
                 let params = BrainParams::default();
-                let fleet = crate::fleet::FleetFacts::new(std::time::Duration::from_secs(1));
+                let fleet = FleetFacts::new(std::time::Duration::from_secs(1));
                 let input = RouteInput {
                     prompt: None, approx_tokens: 500, session: None,
                     params: &params, fleet: &fleet, now_micros: 0,
                 };
                 let kind = PolicyKind::ALL[which];
-                let a = brain::decide(policy::build(kind).as_mut(), &input, &routed, &mut Rng::new(seed));
-                let b = brain::decide(policy::build(kind).as_mut(), &input, &explained, &mut Rng::new(seed));
+                let a = brain::decide(policies::build(kind).as_mut(), &input, &routed, &mut Rng::new(seed));
+                let b = brain::decide(policies::build(kind).as_mut(), &input, &explained, &mut Rng::new(seed));
                 prop_assert_eq!(a, b);
             }
         }

@@ -201,7 +201,7 @@ impl BrainStats {
         &self,
         policy: inferrail_config::PolicyKind,
         took: Duration,
-        d: &crate::brain::Decision,
+        d: &inferrail_routing::Decision,
     ) {
         let p = inferrail_config::PolicyKind::ALL
             .iter()
@@ -214,17 +214,20 @@ impl BrainStats {
         );
         let est = d.winner_row().estimate.total();
         bump(&self.estimate_buckets[bucket(&ESTIMATE_BUCKETS, est)]);
-        add(&self.estimate_micros, crate::fleet::secs_to_micros(est));
+        add(
+            &self.estimate_micros,
+            inferrail_routing::fleet::secs_to_micros(est),
+        );
         for r in &d.rows {
             if let Some(g) = r.set_aside {
-                let i = crate::brain::Guard::ALL
+                let i = inferrail_routing::Guard::ALL
                     .iter()
                     .position(|x| *x == g)
                     .unwrap_or(0);
                 bump(&self.guards[i]);
             }
         }
-        let s = crate::brain::Steering::ALL
+        let s = inferrail_routing::Steering::ALL
             .iter()
             .position(|x| *x == d.steering)
             .unwrap_or(0);
@@ -239,12 +242,12 @@ impl BrainStats {
         )
     }
 
-    /// Candidates set aside, in [`crate::brain::Guard::ALL`] order.
+    /// Candidates set aside, in [`inferrail_routing::Guard::ALL`] order.
     pub fn guards(&self) -> [u64; 2] {
         std::array::from_fn(|i| self.guards[i].load(Ordering::Relaxed))
     }
 
-    /// Decisions by steering reason, in [`crate::brain::Steering::ALL`] order.
+    /// Decisions by steering reason, in [`inferrail_routing::Steering::ALL`] order.
     pub fn steering(&self) -> [u64; 5] {
         std::array::from_fn(|i| self.steering[i].load(Ordering::Relaxed))
     }

@@ -4,13 +4,14 @@
 use crate::core_state::{CoreContext, CoreLinks};
 use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
-use crate::fleet::FleetFacts;
+use crate::fleet::FleetClock;
 use crate::http::serve_connection;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::predict::Predictor;
 use crate::reports::ReportQueue;
 use crate::shutdown::ShutdownSignal;
 use crate::snapshot::Snapshot;
+use inferrail_routing::FleetFacts;
 use inferrail_sync::Mailbox;
 use monoio::net::TcpListener;
 use std::net::SocketAddr;
@@ -114,6 +115,8 @@ pub struct CoreWiring {
     pub prediction_stats: Vec<Arc<PredictionStats>>,
     /// Fleet-wide sessions and prefix demand.
     pub fleet: Arc<FleetFacts>,
+    /// Their clock, shared with the control thread (explain reads the same time).
+    pub fleet_clock: FleetClock,
     /// One routing-brain counter block per core.
     pub brain_stats: Vec<Arc<BrainStats>>,
 }
@@ -134,6 +137,7 @@ pub fn start_cores(
         predictor,
         prediction_stats,
         fleet,
+        fleet_clock,
         brain_stats,
     } = wiring;
     let mut shadow = shadow.into_iter();
@@ -226,6 +230,7 @@ pub fn start_cores(
                             predictor,
                             prediction_stats,
                             fleet,
+                            fleet_clock,
                             brain_stats,
                             shutdown: shutdown.clone(),
                         },

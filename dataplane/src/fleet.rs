@@ -1,17 +1,14 @@
-//! Fleet-wide routing facts that every data core reads and writes directly (ADR 014): each
-//! replica's requests in flight and queued prefill ([`FleetReplica`], carried by the replica's
-//! spec across snapshots), the conversations' last replicas and the recent prefill demand of
-//! root prefixes ([`FleetFacts`]). All are lock-free atomics: a core never waits for another, and
-//! what one core routes is visible to the next decision on any core, with no snapshot delay.
+//! Fleet-wide load that every data core reads and writes directly (ADR 014): each replica's
+//! requests in flight and queued prefill ([`FleetReplica`], carried by the replica's spec across
+//! snapshots), and the [`FleetClock`] every fleet structure's microseconds are read on (the
+//! routing crate's `FleetFacts`, sessions and prefix demand, take their time from it). All are
+//! lock-free atomics: a core never waits for another, and what one core routes is visible to the
+//! next decision on any core, with no snapshot delay.
 
-use inferrail_sync::{DemandSketch, PrefillQueue, SessionTable};
+use inferrail_routing::fleet::secs_to_micros;
+use inferrail_sync::PrefillQueue;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
-
-/// Session slots: 64 Ki conversations (512 KiB).
-pub const SESSION_SLOTS: usize = 1 << 16;
-/// Counters per row of the demand sketch.
-pub const DEMAND_COLUMNS: usize = 2048;
+use std::time::Instant;
 
 /// One replica's live load as the whole gateway sees it.
 #[derive(Debug, Default)]
@@ -69,15 +66,6 @@ impl FleetReplica {
     }
 }
 
-/// Seconds as whole microseconds (negative and non-finite as 0).
-pub fn secs_to_micros(secs: f64) -> u64 {
-    if secs.is_finite() && secs > 0.0 {
-        (secs * 1e6).min(u64::MAX as f64) as u64
-    } else {
-        0
-    }
-}
-
 /// The clock of every fleet structure: microseconds since one start instant. `Copy`, so a
 /// request's slot carries it without touching a shared reference count.
 #[derive(Debug, Clone, Copy)]
@@ -86,42 +74,17 @@ pub struct FleetClock {
 }
 
 impl FleetClock {
+    /// A clock starting now (the one clock read: the routing crate reads none).
+    pub fn start() -> FleetClock {
+        FleetClock {
+            epoch: Instant::now(),
+        }
+    }
+
     /// `at` in microseconds since the clock's start (0 before it).
     pub fn micros(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.epoch)
             .as_micros()
             .min(u128::from(u64::MAX)) as u64
-    }
-}
-
-/// Facts about conversations and prefixes shared by every core, and the clock they use.
-#[derive(Debug)]
-pub struct FleetFacts {
-    /// The replica key (low 32 bits) each conversation last went to.
-    pub sessions: SessionTable,
-    /// Recent prefill demand (µs) per root prefix.
-    pub demand: DemandSketch,
-    /// The clock `now_micros` values are read from.
-    pub clock: FleetClock,
-}
-
-impl FleetFacts {
-    /// Empty facts; hot-prefix demand is counted over `window`.
-    pub fn new(window: Duration) -> FleetFacts {
-        FleetFacts {
-            sessions: SessionTable::new(SESSION_SLOTS),
-            demand: DemandSketch::new(
-                window.as_micros().min(u128::from(u64::MAX)) as u64,
-                DEMAND_COLUMNS,
-            ),
-            clock: FleetClock {
-                epoch: Instant::now(),
-            },
-        }
-    }
-
-    /// `at` on [`FleetFacts::clock`].
-    pub fn micros(&self, at: Instant) -> u64 {
-        self.clock.micros(at)
     }
 }

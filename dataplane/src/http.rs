@@ -5,7 +5,7 @@ use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
 use crate::observe::sampled;
 use crate::proxy::{forward, ProxyRequest};
 use crate::snapshot::Snapshot;
-use crate::split::{conversation_key, named_conversation, session_hash};
+use inferrail_routing::split::{conversation_key, named_conversation, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;

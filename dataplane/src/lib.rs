@@ -1,7 +1,7 @@
 //! The per-core data plane: everything a pinned data core does for a client request.
 //!
 //! This crate owns the listener and HTTP/1.1 handling on each core, request routing through the
-//! [`policy::RoutingPolicy`] implementations, upstream keep-alive pools, proxying with retries and
+//! `inferrail-routing` brain (which it feeds candidates and a clock), upstream keep-alive pools, proxying with retries and
 //! breakers, client-disconnect propagation, and the per-core metrics recorders. Each core works
 //! only on state it owns (`Rc`/`Cell`) plus immutable [`snapshot::Snapshot`]s the control thread
 //! hands over through a lock-free mailbox. It must never take a lock or write memory another core
@@ -9,7 +9,6 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
-pub mod brain;
 pub mod core_state;
 pub mod core_stats;
 pub mod cores;
@@ -20,17 +19,14 @@ pub mod http;
 pub mod metrics;
 pub mod observe;
 pub mod offers;
-pub mod policy;
 pub mod pool;
 pub mod predict;
 pub mod proxy;
 pub mod reports;
-pub mod rng;
 pub mod shutdown;
 pub mod snapshot;
 #[allow(unsafe_code)] // recv(MSG_PEEK) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
-pub mod split;
 
 pub use cores::{driver_name, start_cores, CoreOptions, CoreSet, StartError};
 pub use shutdown::ShutdownSignal;

@@ -4,11 +4,11 @@
 //! A core fills a job or record only for sampled requests and gives it to its own [`Sink`]; when
 //! the observer thread lags, the item is dropped and counted instead of delaying the request.
 
-use crate::policy::Candidate;
 use crate::predict::PromptFacts;
 use crate::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use inferrail_config::PolicyKind;
+use inferrail_routing::Candidate;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -117,7 +117,7 @@ pub fn sampled(request_id: &str, rate: f64) -> bool {
     if rate >= 1.0 {
         return true;
     }
-    let h = crate::split::stable_hash64(SAMPLE_SALT, request_id.as_bytes());
+    let h = inferrail_routing::split::stable_hash64(SAMPLE_SALT, request_id.as_bytes());
     // The top 53 bits as a uniform fraction in [0, 1).
     ((h >> 11) as f64 / (1u64 << 53) as f64) < rate
 }

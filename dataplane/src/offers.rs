@@ -1,9 +1,12 @@
 //! What each replica offers a routing decision: the [`Candidate`] built from its snapshot entry
-//! and the fleet-wide counters. One builder serves the data cores ([`crate::core_state`]) and the
-//! admin's explain ([`offers`]), so explaining a request prices exactly what routing would.
+//! and the fleet-wide counters. A thin reader of the snapshot around the routing crate's one
+//! builder ([`inferrail_routing::offer::candidate`]); it serves the data cores
+//! ([`crate::core_state`]) and the admin's explain ([`offers`]), so explaining a request prices
+//! exactly what routing would.
 
-use crate::policy::{Candidate, EngineView};
 use crate::snapshot::{ReplicaEntry, Snapshot};
+use inferrail_routing::offer::{self, EngineReading, LoadReading};
+use inferrail_routing::Candidate;
 use std::time::{Duration, Instant};
 
 /// The candidate for replica `index` (its snapshot `entry`) at `now`: fleet-wide in flight and
@@ -18,26 +21,19 @@ pub fn candidate(
     max_age: Duration,
     fleet_now: u64,
 ) -> Candidate {
-    let engine = entry.live.report.and_then(|rep| {
-        let age = now.saturating_duration_since(rep.received);
-        (age <= max_age).then_some(EngineView {
-            running: rep.running,
-            waiting: rep.waiting,
-            kv_cache_usage: rep.kv_cache_usage,
-            age_micros: age.as_micros().min(u128::from(u64::MAX)) as u64,
-        })
-    });
-    Candidate {
-        replica: index,
-        key: entry.spec.key,
+    let load = LoadReading {
         in_flight: entry.spec.fleet.in_flight(),
         pending,
         prompt_tokens,
-        engine,
-        cached_tokens: None,
         queued_prefill_secs: entry.spec.fleet.queued_prefill_secs(fleet_now),
-        tier_secs: 0.0,
-    }
+    };
+    let engine = entry.live.report.map(|rep| EngineReading {
+        running: rep.running,
+        waiting: rep.waiting,
+        kv_cache_usage: rep.kv_cache_usage,
+        age: now.saturating_duration_since(rep.received),
+    });
+    offer::candidate(index, entry.spec.key, load, engine, max_age)
 }
 
 /// Why a replica serving the model is not offered to the policy.

@@ -5,7 +5,7 @@
 //! `tokenizer.max_wait` for its tokens: past that, or when the pool's queue is full, it is routed
 //! without a prediction.
 
-use crate::brain::PromptView;
+use inferrail_routing::PromptView;
 use inferrail_shards::index::{IndexShards, RecordTicket};
 use inferrail_shards::pool::{Job, WorkerPool};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};

@@ -1,16 +1,16 @@
 //! Proxying one completion request: choose a replica, send the request, relay the response frame
 //! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
 
-use crate::brain::{self, BrainParams, RouteInput};
 use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
 use crate::errors::AttemptError;
-use crate::fleet::FleetFacts;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::{DecisionRecord, ShadowJob};
-use crate::policy::Candidate;
 use crate::predict::PromptFacts;
 use crate::sockets::ClientWatch;
+use inferrail_routing::Candidate;
+use inferrail_routing::FleetFacts;
+use inferrail_routing::{brain, BrainParams, RouteInput};
 use inferrail_shards::index::RecordTicket;
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
@@ -249,7 +249,7 @@ pub async fn forward(
 
     for attempt in 1..=settings.max_attempts {
         let now = Instant::now();
-        let fleet_now = ctx.fleet.micros(now);
+        let fleet_now = ctx.fleet_clock.micros(now);
         let mut candidates = view.candidates(req.model, &tried, now, fleet_now);
         prediction.annotate(&mut candidates);
         if candidates.is_empty() {
@@ -273,7 +273,7 @@ pub async fn forward(
             replica,
             prompt_tokens,
             prefill_secs,
-            ctx.fleet.clock,
+            ctx.fleet_clock,
             fleet_now,
         );
         let Some(mut slot) = acquired else {

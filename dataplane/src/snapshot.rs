@@ -1,11 +1,11 @@
 //! The immutable fleet state every core routes from. The control thread builds one per config
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
-use crate::brain::BrainParams;
 use crate::fleet::FleetReplica;
 use crate::metrics::{MetricsEpoch, MetricsLayout};
-use crate::split::Arms;
 use inferrail_config::{Config, PolicyKind};
+use inferrail_routing::split::Arms;
+use inferrail_routing::BrainParams;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

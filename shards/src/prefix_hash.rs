@@ -17,9 +17,9 @@
 use xxhash_rust::xxh3::xxh3_128;
 
 /// The name of one full block of a prompt together with everything before it: equal values mean
-/// equal token prefixes under an equal [`HashSalt`] (up to XXH3-128 collisions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockHash(pub u128);
+/// equal token prefixes under an equal [`HashSalt`] (up to XXH3-128 collisions). Defined in
+/// `inferrail-sync` so the routing brain can read it without depending on this crate.
+pub use inferrail_sync::BlockHash;
 
 /// Domain separation for the salt seed, so the seed can never equal a block hash computed from
 /// token ids by accident of encoding.

@@ -5,13 +5,15 @@
 //! fast path; [`Doorbell`], the cross-thread wake-up that makes a waiting task look at once (on a
 //! lock-free [`AtomicWaker`]); [`Reply`], a one-shot answer from a worker thread to a core; and the fleet-wide routing facts every
 //! core shares: [`PrefillQueue`] (a replica's queued prefill), [`SessionTable`] (where each
-//! conversation last went) and [`DemandSketch`] (recent prefill demand per root prefix). It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
+//! conversation last went) and [`DemandSketch`] (recent prefill demand per root prefix), and the [`BlockHash`] those facts and the KV index
+//! are keyed by. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
 //! builds in seconds. It must never block, spin on another thread, or allocate on the take path.
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
 #[allow(unsafe_code)] // the waker slot's cell accesses (SAFETY comments inside; loom_doorbell)
 mod atomic_waker;
+mod block_hash;
 mod demand_sketch;
 mod doorbell;
 #[allow(unsafe_code)] // Arc raw-pointer handoff (SAFETY comments inside; loom_mailbox)
@@ -22,6 +24,7 @@ mod reply;
 mod session_table;
 
 pub use atomic_waker::AtomicWaker;
+pub use block_hash::BlockHash;
 pub use demand_sketch::DemandSketch;
 pub use doorbell::{Doorbell, Rung};
 pub use mailbox::Mailbox;

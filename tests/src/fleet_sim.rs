@@ -12,9 +12,10 @@
 //! arrives. The loop repeatedly takes the earliest event time `t` and, at `t`:
 //! 1. delivers every step that ends at `t` (first token: TTFT and [`FleetReplica::first_byte`];
 //!    finished: [`FleetReplica::finished`] and the engine's own cached-token count);
-//! 2. routes every request arriving at `t`: candidates as the gateway builds them (in-flight and
-//!    queued prefill from [`FleetReplica`], predicted cache from [`ReplicaBlocks::matched_prefix`]
-//!    through [`PromptFacts::cached_tokens`], a fresh engine report from the scheduler's gauges),
+//! 2. routes every request arriving at `t`: candidates built by the gateway's own builder
+//!    ([`offer::candidate`], [`offer::annotate`]) from in-flight and queued prefill in
+//!    [`FleetReplica`], a fresh engine report from the scheduler's gauges, and predicted cache
+//!    from [`ReplicaBlocks::matched_prefix`] through [`PromptFacts::cached_tokens`]),
 //!    [`brain::decide`], [`brain::commit`], [`FleetReplica::routed`], the prompt recorded on the
 //!    winner's shadow index (as `predict::Predictor::record`), and the request added to the
 //!    winner's scheduler (stamped `t`, so a busy engine takes it at its next step, as the server
@@ -28,11 +29,12 @@
 //! Workloads are lists of [`Arrival`]s built by the seeded generators in [`workload`].
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{self, BrainParams, Guard, RouteInput, Steering, Term};
-use inferrail_dataplane::fleet::{FleetFacts, FleetReplica};
-use inferrail_dataplane::policy::{self, Candidate, EngineView, RoutingPolicy};
+use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_dataplane::predict::PromptFacts;
-use inferrail_dataplane::rng::Rng;
+use inferrail_routing::offer::{self, EngineReading, LoadReading};
+use inferrail_routing::rendezvous::rendezvous;
+use inferrail_routing::{brain, policies, BrainParams, Candidate, FleetFacts, Guard, Rng};
+use inferrail_routing::{RouteInput, RoutingPolicy, Steering, Term};
 use inferrail_shards::index::ReplicaBlocks;
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
 use inferrail_sim::engine::{LatencyModel, Request, Scheduler, SchedulerConfig, StepOutput};
@@ -570,7 +572,7 @@ impl FleetSim {
                 let capacity = sched.pool().num_usable_blocks();
                 SimReplica {
                     // Stable, distinct, well spread registry keys.
-                    key: brain::rendezvous(0x5eed_0000 + i as u64, 0x1f1e),
+                    key: rendezvous(0x5eed_0000 + i as u64, 0x1f1e),
                     sched,
                     blocks: ReplicaBlocks::new(capacity),
                     fleet: Arc::new(FleetReplica::new()),
@@ -583,7 +585,7 @@ impl FleetSim {
             .collect();
         FleetSim {
             kind: policy,
-            policy: policy::build(policy),
+            policy: policies::build(policy),
             params,
             rng: Rng::new(seed),
             fleet: FleetFacts::new(options.hot_window),
@@ -681,32 +683,33 @@ impl FleetSim {
             hashes: hashes.into(),
             block_size: self.block_size as u32,
         };
-        let candidates: Vec<Candidate> = self
+        let mut candidates: Vec<Candidate> = self
             .replicas
             .iter()
             .enumerate()
             .map(|(i, r)| {
                 let s = r.sched.stats();
-                Candidate {
-                    replica: i,
-                    key: r.key,
+                let load = LoadReading {
                     in_flight: r.fleet.in_flight(),
                     pending: r.fleet.awaiting_first_byte().min(u64::from(u32::MAX)) as u32,
                     prompt_tokens: r.prompt_tokens,
-                    engine: Some(EngineView {
-                        running: s.num_running as f64,
-                        waiting: (s.num_waiting + s.num_pending) as f64,
-                        kv_cache_usage: s.kv_cache_usage,
-                        age_micros: 0,
-                    }),
-                    cached_tokens: Some(
-                        facts.cached_tokens(r.blocks.matched_prefix(&facts.hashes)),
-                    ),
                     queued_prefill_secs: r.fleet.queued_prefill_secs(now_us),
-                    tier_secs: 0.0,
-                }
+                };
+                // Read at this very instant of virtual time: age 0, always fresh.
+                let engine = EngineReading {
+                    running: s.num_running as f64,
+                    waiting: (s.num_waiting + s.num_pending) as f64,
+                    kv_cache_usage: s.kv_cache_usage,
+                    age: Duration::ZERO,
+                };
+                offer::candidate(i, r.key, load, Some(engine), Duration::ZERO)
             })
             .collect();
+        let replicas = &self.replicas;
+        offer::annotate(&mut candidates, |i| {
+            let held = replicas.get(i)?.blocks.matched_prefix(&facts.hashes);
+            Some(facts.cached_tokens(held))
+        });
         let input = RouteInput {
             prompt: Some(facts.view()),
             approx_tokens: facts.tokens,

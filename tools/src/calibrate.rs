@@ -32,7 +32,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use inferrail_config::UpstreamUrl;
+use inferrail_config::{CostModelParams, UpstreamUrl};
 
 use crate::client::{Connection, Response};
 use inferrail_control::fleet::engine_load::{self, EngineKind};
@@ -725,52 +725,61 @@ impl Report {
     }
 }
 
-/// The YAML fragment with the fitted coefficients: `routing.cost_model`, or with `model`
-/// that model's own `cost_model` under `models:`. Comment lines say where it came from.
+impl Report {
+    /// The fitted cost model: `a`, `b` and `d` from the fit, to five significant digits (the
+    /// fit is not finer, and the fragment stays readable); `decode_interference_secs`, which
+    /// calibration does not measure, at its default (what the config uses when it is left out).
+    pub fn cost_model(&self) -> CostModelParams {
+        CostModelParams {
+            prefill_token_secs: five_digits(self.prefill_token_secs),
+            prefill_pair_secs: five_digits(self.prefill_pair_secs),
+            prefill_fixed_secs: five_digits(self.prefill_fixed_secs),
+            ..CostModelParams::default()
+        }
+    }
+}
+
+/// `v` rounded to five significant digits (0 and non-finite values unchanged).
+fn five_digits(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    format!("{v:.4e}").parse().unwrap_or(v)
+}
+
+/// The YAML fragment with the fitted coefficients ([`Report::cost_model`], written by serde in
+/// the config's own keys): `routing.cost_model`, or with `model` that model's own `cost_model`
+/// under `models:`. Comment lines say where it came from; the config loader reads it back as
+/// exactly those coefficients.
 pub fn fragment(r: &Report, model: Option<&str>) -> String {
-    let mut s = format!(
-        "# inferrail calibrate --url {}: {} probes of {}; RMS residual {:.3} ms, worst relative error {:.2}%\n",
+    use serde_yaml::{Mapping, Value};
+    let cost =
+        serde_yaml::to_value(r.cost_model()).expect("a struct of four floats always serializes");
+    let mut section = Mapping::new();
+    match model {
+        Some(name) => {
+            let mut entry = Mapping::new();
+            entry.insert("name".into(), name.into());
+            entry.insert("cost_model".into(), cost);
+            let models = Value::Sequence(vec![Value::Mapping(entry)]);
+            section.insert("models".into(), models);
+        }
+        None => {
+            let mut routing = Mapping::new();
+            routing.insert("cost_model".into(), cost);
+            section.insert("routing".into(), Value::Mapping(routing));
+        }
+    }
+    let yaml = serde_yaml::to_string(&section).expect("a mapping of strings and floats serializes");
+    format!(
+        "# inferrail calibrate --url {}: {} probes of {}; RMS residual {:.3} ms, worst relative error {:.2}%\n\
+         # decode_interference_secs is not measured by calibrate: the default.\n{yaml}",
         r.url,
         r.rows.len(),
         r.model,
         r.rms_secs * 1e3,
         r.worst_relative_error * 100.0
-    );
-    let indent = match model {
-        Some(name) => {
-            s.push_str(&format!(
-                "models:\n  - name: {}\n    cost_model:\n",
-                yaml_string(name)
-            ));
-            "      "
-        }
-        None => {
-            s.push_str("routing:\n  cost_model:\n");
-            "    "
-        }
-    };
-    for (key, v) in [
-        ("prefill_token_secs", r.prefill_token_secs),
-        ("prefill_pair_secs", r.prefill_pair_secs),
-        ("prefill_fixed_secs", r.prefill_fixed_secs),
-    ] {
-        s.push_str(&format!("{indent}{key}: {}\n", yaml_float(v)));
-    }
-    s
-}
-
-/// A float YAML reads back as a float: five significant digits, exponent form.
-fn yaml_float(v: f64) -> String {
-    if v == 0.0 {
-        "0.0".to_string()
-    } else {
-        format!("{v:.4e}")
-    }
-}
-
-/// A model name as a YAML scalar (JSON-quoted, which YAML accepts).
-fn yaml_string(s: &str) -> String {
-    serde_json::Value::from(s).to_string()
+    )
 }
 
 /// Writes the fragment to `out`, or stdout when `None`.
@@ -930,9 +939,18 @@ mod tests {
         );
         let text = format!("{}{replicas}", fragment(&r, Some("m")));
         let c = inferrail_config::parse_str(&text).unwrap();
-        let cm = c.models[0].cost_model.clone().unwrap();
+        let cm = c.models[0].cost_model.unwrap();
         assert_eq!(cm.prefill_fixed_secs, 0.01);
-        assert_eq!(yaml_float(0.0), "0.0");
+        // A zero coefficient is written as a float the config reads back as 0.
+        let zero = Report {
+            prefill_pair_secs: 0.0,
+            ..r
+        };
+        let text = format!("{}{replicas}", fragment(&zero, Some("m")));
+        let c = inferrail_config::parse_str(&text).unwrap();
+        let cm = c.models[0].cost_model.unwrap();
+        assert_eq!(cm, zero.cost_model());
+        assert_eq!(cm.prefill_pair_secs, 0.0);
     }
 
     #[test]

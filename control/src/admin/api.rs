@@ -9,11 +9,11 @@ use crate::controller::{Controller, ScrapeState};
 use crate::fleet::health::ReplicaHealth;
 use crate::live_config::Refusal;
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{Guard, Steering};
 use inferrail_dataplane::core_stats::{
     DECISION_BUCKETS, ESTIMATE_BUCKETS, RESULT_LABELS, TOKENIZE_BUCKETS,
 };
 use inferrail_dataplane::Snapshot;
+use inferrail_routing::{Guard, Steering};
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::json_field::find_top_level_string;

@@ -11,12 +11,10 @@ use crate::admin::response::AdminResponse;
 use crate::admin::api::model_of;
 use crate::controller::Controller;
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{self, Decision, RouteInput};
 use inferrail_dataplane::offers::offers;
-use inferrail_dataplane::policy::{self, Candidate};
 use inferrail_dataplane::predict::PromptFacts;
-use inferrail_dataplane::rng::Rng;
-use inferrail_dataplane::split::{named_conversation, session_hash};
+use inferrail_routing::split::{named_conversation, session_hash};
+use inferrail_routing::{brain, offer, policies, Candidate, Decision, Rng, RouteInput};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::{ErrorKind, RequestHead};
@@ -78,7 +76,7 @@ pub fn explain(
     };
     let now = Instant::now();
     let fleet = &ctl.observers.fleet;
-    let fleet_now = fleet.micros(now);
+    let fleet_now = ctl.observers.fleet_clock.micros(now);
     let offered = offers(&snap, model, now, fleet_now);
     let mut candidates: Vec<Candidate> = offered
         .iter()
@@ -93,9 +91,13 @@ pub fn explain(
         let keys: Vec<u64> = candidates.iter().map(|c| c.key).collect();
         match p.held_blocks_now(f, &keys) {
             Some(held) => {
-                for (c, blocks) in candidates.iter_mut().zip(held) {
-                    c.cached_tokens = Some(f.cached_tokens(blocks));
+                let mut cached = vec![None; snap.replicas.len()];
+                for (c, blocks) in candidates.iter().zip(held) {
+                    if let Some(slot) = cached.get_mut(c.replica) {
+                        *slot = Some(f.cached_tokens(blocks));
+                    }
                 }
+                offer::annotate(&mut candidates, |r| cached.get(r).copied().flatten());
             }
             None => prediction = "index_busy",
         }
@@ -111,7 +113,7 @@ pub fn explain(
         now_micros: fleet_now,
     };
     let decision = (!candidates.is_empty()).then(|| {
-        let mut p = policy::build(kind);
+        let mut p = policies::build(kind);
         brain::decide(p.as_mut(), &input, &candidates, &mut Rng::new(0))
     });
     let answer = render(

@@ -4,11 +4,9 @@
 
 use crate::observe::shadow::ShadowInputs;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use inferrail_dataplane::brain::{BrainParams, CostParams};
-use inferrail_dataplane::policy::{Candidate, EngineView};
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::Snapshot;
-use inferrail_shards::prefix_hash::BlockHash;
+use inferrail_routing::{BlockHash, BrainParams, Candidate, CostModelParams, EngineView};
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -227,9 +225,9 @@ pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
             "bounded_load_floor": p.bounded_load_floor,
             "kappa": p.kappa,
             "short_prompt_tokens": p.short_prompt_tokens,
-            "prefill_token_secs": p.cost.token_secs,
-            "prefill_pair_secs": p.cost.pair_secs,
-            "prefill_fixed_secs": p.cost.fixed_secs,
+            "prefill_token_secs": p.cost.prefill_token_secs,
+            "prefill_pair_secs": p.cost.prefill_pair_secs,
+            "prefill_fixed_secs": p.cost.prefill_fixed_secs,
             "decode_interference_secs": p.cost.decode_interference_secs,
             "cache_weight": p.cache_weight,
             "load_weight": p.load_weight,
@@ -262,10 +260,10 @@ pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
         },
         kappa: f("kappa")?,
         short_prompt_tokens: n("short_prompt_tokens")?,
-        cost: CostParams {
-            token_secs: f("prefill_token_secs")?,
-            pair_secs: f("prefill_pair_secs")?,
-            fixed_secs: f("prefill_fixed_secs")?,
+        cost: CostModelParams {
+            prefill_token_secs: f("prefill_token_secs")?,
+            prefill_pair_secs: f("prefill_pair_secs")?,
+            prefill_fixed_secs: f("prefill_fixed_secs")?,
             decode_interference_secs: f("decode_interference_secs")?,
         },
         cache_weight: f("cache_weight")?,
@@ -391,7 +389,7 @@ mod tests {
 /// Fixtures for the observer tests.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use inferrail_dataplane::policy::Candidate;
+    use inferrail_routing::Candidate;
 
     /// A candidate with these loads and no engine report.
     pub(crate) fn cand(replica: usize, in_flight: u32, pending: u32) -> Candidate {

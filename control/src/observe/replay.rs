@@ -4,7 +4,7 @@
 use crate::observe::jsonl;
 use crate::observe::shadow::{ShadowEngine, ShadowInputs};
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::policy::Candidate;
+use inferrail_routing::Candidate;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader};
@@ -227,8 +227,8 @@ mod tests {
     use crate::observe::jsonl::test_support::{snapshot, temp_path};
     use crate::observe::shadow::{decision_rng, spawn_shadow};
     use inferrail_dataplane::observe::ShadowJob;
-    use inferrail_dataplane::rng::Rng;
     use inferrail_dataplane::Snapshot;
+    use inferrail_routing::Rng;
     use std::sync::Arc;
 
     use crate::observe::jsonl::test_support::cand;
@@ -287,9 +287,7 @@ mod tests {
                     tokens: 40 + (i as u32 % 90),
                     hashes: (0..(i % 7))
                         .map(|k| {
-                            inferrail_shards::prefix_hash::BlockHash(u128::from(
-                                rng.next_u64() ^ k as u64,
-                            ))
+                            inferrail_routing::BlockHash(u128::from(rng.next_u64() ^ k as u64))
                         })
                         .collect::<Vec<_>>()
                         .into(),

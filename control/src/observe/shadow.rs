@@ -8,13 +8,11 @@
 use crate::observe::jsonl::{self, LineWriter, Worker};
 use crossbeam_channel::Receiver;
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{self, BrainParams, RouteInput};
-use inferrail_dataplane::fleet::FleetFacts;
 use inferrail_dataplane::observe::ShadowJob;
-use inferrail_dataplane::policy::{self, Candidate, RoutingPolicy};
 use inferrail_dataplane::predict::PromptFacts;
-use inferrail_dataplane::rng::Rng;
-use inferrail_dataplane::split::stable_hash64;
+use inferrail_routing::split::stable_hash64;
+use inferrail_routing::{brain, policies, BrainParams, Candidate, FleetFacts, Rng};
+use inferrail_routing::{RouteInput, RoutingPolicy};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
@@ -114,7 +112,7 @@ impl ShadowEngine {
         let policy = self
             .policies
             .entry((model.to_string(), kind))
-            .or_insert_with(|| policy::build(kind));
+            .or_insert_with(|| policies::build(kind));
         let input = RouteInput {
             prompt: inputs.prompt.as_ref().map(PromptFacts::view),
             approx_tokens: inputs.approx_tokens,

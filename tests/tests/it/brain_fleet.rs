@@ -7,11 +7,11 @@
 //! candidate), preemptions, shares per replica.
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::brain::{self, BrainParams, PromptView, RouteInput};
-use inferrail_dataplane::fleet::{FleetFacts, FleetReplica};
-use inferrail_dataplane::policy::{self, Candidate, EngineView};
+use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_dataplane::predict::PromptFacts;
-use inferrail_dataplane::rng::Rng;
+use inferrail_routing::rendezvous::fold;
+use inferrail_routing::{brain, policies, BrainParams, Candidate, EngineView, FleetFacts};
+use inferrail_routing::{PromptView, Rng, RouteInput};
 use inferrail_shards::index::ReplicaBlocks;
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
 use inferrail_tests::fleet_sim::{
@@ -239,7 +239,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                         workload::tokens(&mut rng, len)
                     })
                     .collect();
-                let mut p = policy::build(kind);
+                let mut p = policies::build(kind);
                 let mut route_rng = Rng::new(seed);
                 let mut now = 0u64;
                 for _ in 0..300 {
@@ -349,9 +349,7 @@ fn more_predicted_cache_never_raises_a_candidates_estimate() {
         let block = 16u32;
         let tokens = rng.range(1, 20_000) as u32;
         let hashes: Vec<_> = (0..tokens / block)
-            .map(|i| {
-                inferrail_shards::prefix_hash::BlockHash(u128::from(seed) << 64 | u128::from(i))
-            })
+            .map(|i| inferrail_routing::BlockHash(u128::from(seed) << 64 | u128::from(i)))
             .collect();
         let view = PromptView {
             tokens,
@@ -361,7 +359,7 @@ fn more_predicted_cache_never_raises_a_candidates_estimate() {
         let now = 1_000_000;
         // Sometimes a hot root, so hot owners are priced too.
         if rng.range(0, 1) == 0 && hashes.len() >= params.hot_blocks as usize {
-            let root = brain::fold(hashes[params.hot_blocks as usize - 1]);
+            let root = fold(hashes[params.hot_blocks as usize - 1]);
             fleet.demand.add(root, rng.range(0, 40_000_000) as u64, now);
         }
         let candidates: Vec<Candidate> = (0..n)

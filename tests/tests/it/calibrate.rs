@@ -111,10 +111,7 @@ fn calibrate_binary_recovers_the_sim_binary_flags_and_writes_a_model_fragment() 
     eprint!("{stderr}{fragment}");
     let yaml = format!("{fragment}replicas: [{{id: r, url: '{url}', models: [calib]}}]\n");
     let config = inferrail_config::parse_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-    let cm = config.models[0]
-        .cost_model
-        .clone()
-        .expect("models[0].cost_model");
+    let cm = config.models[0].cost_model.expect("models[0].cost_model");
     assert_within_1pct("a", cm.prefill_token_secs, a);
     assert_within_1pct("b", cm.prefill_pair_secs, b);
     assert_within_1pct("d", cm.prefill_fixed_secs, d);

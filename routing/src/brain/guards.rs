@@ -12,8 +12,9 @@
 //!   prompt with more than `short_prompt_tokens` to compute there, unless every candidate the
 //!   bounded-load guard left would be set aside (then this guard stands down).
 
-use super::{Guard, RouteInput, Row};
-use crate::policy::Candidate;
+use crate::candidate::Candidate;
+use crate::decision::{Guard, Row};
+use crate::input::RouteInput;
 
 /// The bound of consistent hashing with bounded loads: `ceil((1 + epsilon) * (total + 1) / n)`,
 /// `total` the requests in flight over the `n` candidates. Without the floor; see [`limit`].

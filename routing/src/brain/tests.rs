@@ -1,12 +1,18 @@
-//! Tests of the routing brain: the worked example, guards, sessions, hot prefixes, prefix_hash,
-//! determinism, and bounded load held across cores.
+//! Tests of the routing brain: the worked example, guards, sessions, hot prefixes, prefix_hash
+//! and determinism. Bounded load held across cores, which needs the data plane's fleet-wide
+//! counters, is tested in dataplane/tests/bounded_load_across_cores.rs.
 
 use super::*;
-use crate::fleet::{FleetFacts, FleetReplica};
-use crate::policy::{self, Candidate, EngineView};
+use crate::candidate::EngineView;
+use crate::decision::Guard;
+use crate::fleet::FleetFacts;
+use crate::input::{BrainParams, PromptView};
+use crate::policies;
+use crate::rendezvous::fold;
 use inferrail_config::PolicyKind;
+use inferrail_sync::BlockHash;
 use proptest::prelude::{any, prop, prop_assert, prop_assert_eq, proptest, Strategy};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 fn fleet() -> &'static FleetFacts {
@@ -47,7 +53,7 @@ fn input<'a>(
 }
 
 fn run(kind: PolicyKind, input: &RouteInput<'_>, c: &[Candidate], seed: u64) -> Decision {
-    let mut p = policy::build(kind);
+    let mut p = policies::build(kind);
     decide(p.as_mut(), input, c, &mut Rng::new(seed))
 }
 
@@ -421,100 +427,51 @@ proptest! {
         prop_assert!(after[k].work_secs <= before[k].work_secs + 1e-12);
     }
 
-    /// A decision is a pure function of its inputs and random state: explaining the same state
-    /// gives the same answer as routing it.
+    /// A decision is a pure function of its inputs and random state: two independently built
+    /// copies of the same state (candidates, prompt, session, fleet facts with the same history,
+    /// policy object and RNG seed) decide the same, rows included, and commit the same. (That
+    /// explain and routing offer the same state is the data plane's `explain_agreement` test.)
     #[test]
-    fn the_same_state_decides_the_same(
+    fn independently_built_copies_of_one_state_decide_the_same(
         c in candidates(), seed in any::<u64>(), which in 0usize..3, tokens in 1u32..3000,
+        session in proptest::option::of(any::<u64>()), history in 0u64..30_000_000,
+        now in 0u64..20_000_000,
     ) {
-        let params = BrainParams::default();
-        let h = hashes((tokens / 16) as usize, 13);
-        let i = input(Some(PromptView { tokens, hashes: &h, block_size: 16 }), &params, fleet());
-        let a = run(BRAINS[which], &i, &c, seed);
-        let b = run(BRAINS[which], &i, &c, seed);
-        prop_assert_eq!(a, b);
-    }
-}
-
-/// Bounded load across cores: several threads route through the same fleet-wide counters at
-/// once. A decision reads the counters, then its replica's count goes up; other cores may route
-/// in between, so a replica can exceed the limit its decision saw by at most the number of
-/// decisions other cores committed in that window (ADR 014: at most `cores - 1` for pinned data
-/// cores whose decisions take microseconds; here threads outnumber CPUs and get preempted, so the
-/// window is measured). Checked on every decision of a concurrent run.
-#[test]
-fn bounded_load_holds_across_cores_within_the_stated_slack() {
-    const CORES: usize = 4;
-    const REPLICAS: usize = 3;
-    let replicas: Arc<Vec<FleetReplica>> =
-        Arc::new((0..REPLICAS).map(|_| FleetReplica::new()).collect());
-    let facts = Arc::new(FleetFacts::new(Duration::from_secs(10)));
-    // Decisions that announced a route (before routing) and that finished routing.
-    let announced = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let completed = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let threads: Vec<_> = (0..CORES)
-        .map(|core| {
-            let replicas = replicas.clone();
-            let facts = facts.clone();
-            let (announced, completed) = (announced.clone(), completed.clone());
-            std::thread::spawn(move || {
-                // The strict guard (floor 1): the test is about the bound binding.
-                let params = BrainParams {
-                    epsilon: 0.25,
-                    bounded_load_floor: 1,
-                    ..BrainParams::default()
-                };
-                let mut rng = Rng::new(core as u64 + 1);
-                let mut policy = policy::build(PolicyKind::CostModel);
-                let mut held: Vec<usize> = Vec::new();
-                let mut worst = 0i64;
-                for step in 0..3000 {
-                    let done_before = completed.load(std::sync::atomic::Ordering::SeqCst);
-                    let c: Vec<Candidate> = (0..REPLICAS)
-                        .map(|r| cand(r, replicas[r].in_flight(), (r as u32) * 500, 0.0))
-                        .collect();
-                    let i = RouteInput {
-                        prompt: None,
-                        approx_tokens: 800,
-                        session: None,
-                        params: &params,
-                        fleet: &facts,
-                        now_micros: 0,
-                    };
-                    let limit = guards::limit(params.epsilon, params.bounded_load_floor, &c) as i64;
-                    let d = decide(policy.as_mut(), &i, &c, &mut rng);
-                    // Announce, route, complete. An increment this decision did not see was routed
-                    // after the counters were read: its completion comes after `done_before` and
-                    // its announcement before `announced` is read below, so it is counted in
-                    // `others` (which may over-count, never under-count).
-                    announced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    replicas[d.winner].routed(0, 0.0);
-                    let now_held = i64::from(replicas[d.winner].in_flight());
-                    let others =
-                        announced.load(std::sync::atomic::Ordering::SeqCst) - done_before - 1;
-                    completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    worst = worst.max(now_held - limit - others);
-                    held.push(d.winner);
-                    // Finish a random earlier request now and then, keeping ~20 in flight.
-                    if held.len() > 20 || step % 7 == 0 {
-                        let k = rng.below(held.len());
-                        replicas[held.swap_remove(k)].finished();
-                    }
-                }
-                for r in held {
-                    replicas[r].finished();
-                }
-                worst
-            })
-        })
-        .collect();
-    for t in threads {
-        let worst = t.join().expect("a core thread");
-        assert!(
-            worst <= 0,
-            "a replica exceeded its decision's limit by {worst} more than the decisions other \
-             cores committed meanwhile"
+        let copy = || {
+            let facts = FleetFacts::new(Duration::from_secs(10));
+            let h = hashes((tokens / 16) as usize, 13);
+            if let Some(&root) = h.get(7) {
+                facts.demand.add(fold(root), history, 0);
+            }
+            if let Some(s) = session {
+                facts.sessions.set(s, c[seed as usize % c.len()].key as u32);
+            }
+            (facts, h, c.clone(), policies::build(BRAINS[which]), Rng::new(seed))
+        };
+        let (fa, ha, ca, mut pa, mut ra) = copy();
+        let (fb, hb, cb, mut pb, mut rb) = copy();
+        let params = BrainParams { session_affinity: true, ..BrainParams::default() };
+        let mut ia = input(
+            Some(PromptView { tokens, hashes: &ha, block_size: 16 }), &params, &fa,
         );
+        ia.session = session;
+        ia.now_micros = now;
+        let mut ib = input(
+            Some(PromptView { tokens, hashes: &hb, block_size: 16 }), &params, &fb,
+        );
+        ib.session = session;
+        ib.now_micros = now;
+        let a = decide(pa.as_mut(), &ia, &ca, &mut ra);
+        let b = decide(pb.as_mut(), &ib, &cb, &mut rb);
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(commit(&ia, &ca, &a), commit(&ib, &cb, &b));
+        // The copies stay identical: the next decision agrees too (RNG and policy state moved alike).
+        prop_assert_eq!(
+            decide(pa.as_mut(), &ia, &ca, &mut ra),
+            decide(pb.as_mut(), &ib, &cb, &mut rb)
+        );
+        if let Some(s) = session {
+            prop_assert_eq!(fa.sessions.get(s), fb.sessions.get(s));
+        }
     }
-    assert!(replicas.iter().all(|r| r.in_flight() == 0));
 }

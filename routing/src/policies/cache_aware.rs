@@ -1,20 +1,13 @@
 //! The cache-aware policies. Each orders the candidates its own way and reports what decided.
 
-use super::{fold, rendezvous, Pick, RouteInput, Row, Steering, Term};
-use crate::policy::{Candidate, PowerOfTwo, RoutingPolicy};
+use crate::candidate::Candidate;
+use crate::decision::{Pick, Row, Steering, Term};
+use crate::input::RouteInput;
+use crate::policies::baselines::PowerOfTwo;
+use crate::policy::RoutingPolicy;
+use crate::rendezvous::{fold, rendezvous, top_by_rendezvous};
 use crate::rng::Rng;
 use inferrail_config::PolicyKind;
-
-/// The `count` candidates (indices) with the highest rendezvous weight for `key`.
-pub fn top_by_rendezvous(key: u64, candidates: &[Candidate], count: usize) -> Vec<usize> {
-    let mut order: Vec<(u64, usize)> = candidates
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (rendezvous(key, c.key), i))
-        .collect();
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    order.into_iter().take(count).map(|(_, i)| i).collect()
-}
 
 /// Among the rows no guard set aside, the best by `better` (a strict "is better than"); equal
 /// ones go to fewer in flight, then to chance (reservoir sampling, one draw per tie). Falls back

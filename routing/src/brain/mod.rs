@@ -1,0 +1,159 @@
+//! The routing brain: pricing, guards, sessions and hot prefixes, as pure functions of the
+//! candidates a core offers and the fleet-wide facts (ADR 014). The cache-aware policies
+//! (`prefix_hash`, `kv_aware`, `cost_model`) are in [`crate::policies::cache_aware`].
+//!
+//! One decision is [`decide`]: [`price`] every candidate (its predicted cache, the cost model's
+//! estimate split into terms, the guards that set it aside), follow a conversation back to its
+//! last replica while the guards allow it, else let the policy pick. The same function serves
+//! routing and `/admin/explain`, so the two cannot disagree. After routing, [`commit`] records
+//! what the decision changes in the fleet facts (the session's replica, the root prefix's demand).
+
+pub mod guards;
+#[cfg(test)]
+mod tests;
+
+use crate::candidate::Candidate;
+use crate::cost::Estimate;
+use crate::decision::{Decision, HotRoot, Pick, Row, Steering, Term};
+use crate::fleet::secs_to_micros;
+use crate::input::RouteInput;
+use crate::policy::RoutingPolicy;
+use crate::rendezvous::{fold, top_by_rendezvous};
+use crate::rng::Rng;
+
+/// The request's root prefix and how hot it is now.
+fn hot_root(input: &RouteInput<'_>, replicas: usize) -> Option<HotRoot> {
+    let prompt = input.prompt?;
+    let blocks = input.params.hot_blocks as usize;
+    let last = *prompt.hashes.get(blocks.checked_sub(1)?)?;
+    let root = fold(last);
+    let window = input.fleet.demand.window_micros().max(1) as f64;
+    let demand = input.fleet.demand.estimate(root, input.now_micros) as f64 / window;
+    let utilization = input.params.hot_utilization.max(f64::MIN_POSITIVE);
+    let owners = if demand > utilization {
+        ((demand / utilization).ceil() as usize).clamp(1, replicas.max(1)) as u32
+    } else {
+        0
+    };
+    Some(HotRoot {
+        root,
+        demand,
+        owners,
+    })
+}
+
+/// Prices every candidate: predicted and priced cache, the cost estimate and the work it would
+/// really do, and the guards. Rows are in the candidates' order.
+pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Option<HotRoot>) {
+    let params = input.params;
+    let tokens = input.prompt_tokens();
+    let hot = hot_root(input, candidates.len());
+    let owners = match hot {
+        Some(h) if h.owners > 0 => top_by_rendezvous(h.root, candidates, h.owners as usize),
+        _ => Vec::new(),
+    };
+    let root_tokens = match (input.prompt, hot) {
+        (Some(p), Some(_)) => (params.hot_blocks * p.block_size).min(p.cacheable()),
+        _ => 0,
+    };
+    let mut rows: Vec<Row> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let cached = c.cached_tokens.unwrap_or(0).min(tokens);
+            let hot_owner = owners.contains(&i);
+            let priced = if hot_owner {
+                cached.max(root_tokens)
+            } else {
+                cached
+            };
+            let running = c.engine.map_or(c.in_flight, |e| {
+                (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
+            });
+            let work_secs = params.cost.prefill_secs(tokens - cached, cached);
+            let estimate = Estimate {
+                queue: c.queued_prefill_secs
+                    + params.cost.decode_interference_secs * f64::from(running),
+                prefill: if priced == cached {
+                    work_secs
+                } else {
+                    params.cost.prefill_secs(tokens - priced, priced)
+                },
+                tier: c.tier_secs,
+            };
+            Row {
+                set_aside: None,
+                cached_tokens: cached,
+                priced_cached: priced,
+                hot_owner,
+                estimate,
+                work_secs,
+                score: 0.0,
+            }
+        })
+        .collect();
+    guards::apply(input, candidates, &mut rows);
+    (rows, hot)
+}
+
+/// The conversation's last replica, when the request names a conversation, affinity is on, and
+/// that replica is a candidate no guard set aside.
+fn session_pick(input: &RouteInput<'_>, candidates: &[Candidate], rows: &[Row]) -> Option<Pick> {
+    if !input.params.session_affinity {
+        return None;
+    }
+    let key = input.fleet.sessions.get(input.session?)?;
+    let index = candidates
+        .iter()
+        .zip(rows)
+        .position(|(c, r)| c.key as u32 == key && r.set_aside.is_none())?;
+    Some(Pick {
+        index,
+        steering: Steering::Session,
+        decided_by: Term::Session,
+    })
+}
+
+/// Decides among `candidates` (non-empty) with `policy`: prices them, follows the conversation
+/// while the guards allow (policies that honor sessions), else the policy's pick. Changes no
+/// shared state (see [`commit`]); the same inputs and random state give the same decision.
+pub fn decide(
+    policy: &mut dyn RoutingPolicy,
+    input: &RouteInput<'_>,
+    candidates: &[Candidate],
+    rng: &mut Rng,
+) -> Decision {
+    let (mut rows, hot) = price(input, candidates);
+    let session = if policy.honors_sessions() {
+        session_pick(input, candidates, &rows)
+    } else {
+        None
+    };
+    let pick = match session {
+        Some(p) => p,
+        None => policy.pick(input, candidates, &mut rows, rng),
+    };
+    Decision {
+        winner: pick.index.min(candidates.len().saturating_sub(1)),
+        steering: pick.steering,
+        decided_by: pick.decided_by,
+        rows,
+        hot,
+    }
+}
+
+/// Records what a routed decision changes in the fleet facts: the conversation's replica and
+/// the root prefix's demand. Returns the prefill (seconds) to queue on the winner.
+pub fn commit(input: &RouteInput<'_>, candidates: &[Candidate], decision: &Decision) -> f64 {
+    let row = decision.winner_row();
+    if let (Some(session), Some(c)) = (input.session, candidates.get(decision.winner)) {
+        input.fleet.sessions.set(session, c.key as u32);
+    }
+    if let Some(h) = decision.hot {
+        input
+            .fleet
+            .demand
+            .add(h.root, secs_to_micros(row.work_secs), input.now_micros);
+    }
+    row.work_secs
+}

@@ -1,0 +1,54 @@
+//! What a routing decision chooses among: one [`Candidate`] per replica that may take the
+//! request, with the gateway's and the engine's view of its load. Built by [`crate::offer`].
+
+/// One replica a policy may choose, with the gateway's view of its load.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Candidate {
+    /// Index of the replica in the snapshot.
+    pub replica: usize,
+    /// The replica's registry key (stable across snapshots).
+    pub key: u64,
+    /// Requests in flight to it (routed, not finished) from every core, read from the fleet-wide
+    /// counters at candidate time.
+    pub in_flight: u32,
+    /// Requests waiting for its response head, counted the same way.
+    pub pending: u32,
+    /// Prompt tokens of requests in flight to it (tokenized ones), counted the same way.
+    pub prompt_tokens: u64,
+    /// The engine's own load, when its report is younger than `load.max_age`.
+    pub engine: Option<EngineView>,
+    /// Prompt tokens predicted to be in the replica's prefix cache, when a prediction was made.
+    pub cached_tokens: Option<u32>,
+    /// Prefill the gateway has queued on it that has not drained yet, in seconds.
+    pub queued_prefill_secs: f64,
+    /// Seconds to load its cached tokens from slower tiers (0 until tiers are tracked).
+    pub tier_secs: f64,
+}
+
+impl Candidate {
+    /// The request count load-based policies compare: the gateway's in-flight count, or the
+    /// engine's running plus waiting requests when a fresh report shows more (traffic that did
+    /// not come through this gateway, or requests the gateway already forgot).
+    pub fn load(&self) -> u32 {
+        match self.engine {
+            Some(e) => {
+                let engine = (e.running + e.waiting).max(0.0).min(f64::from(u32::MAX)) as u32;
+                self.in_flight.max(engine)
+            }
+            None => self.in_flight,
+        }
+    }
+}
+
+/// An engine's own load as reported on its metrics page.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EngineView {
+    /// Requests running.
+    pub running: f64,
+    /// Requests waiting.
+    pub waiting: f64,
+    /// KV cache usage, 0..=1.
+    pub kv_cache_usage: f64,
+    /// Age of the report when the candidate was built, in microseconds.
+    pub age_micros: u64,
+}
