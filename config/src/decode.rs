@@ -112,6 +112,10 @@ const OBSERVABILITY_KEYS: &[&str] = &[
     "decision_log",
     "shadow_log",
 ];
+/// Keys of `observability` that are known but refused: traces are not exported yet.
+const NOT_IMPLEMENTED_OBSERVABILITY: [&str; 2] = ["otlp_endpoint", "trace_sample_ratio"];
+/// The refusal of a tracing key, naming what to do.
+const NOT_IMPLEMENTED_TRACES: &str = "not implemented yet: traces are not exported; remove it";
 const DECISION_LOG_KEYS: &[&str] = &["path", "sample_rate"];
 const LOGGING_KEYS: &[&str] = &["log_prompts"];
 
@@ -578,27 +582,12 @@ impl Decoder {
             top.get("observability"),
             OBSERVABILITY_KEYS,
         );
-        let def = Observability::default();
+        for key in NOT_IMPLEMENTED_OBSERVABILITY {
+            if f.get(key).is_some() {
+                self.problem(&f.path(key), NOT_IMPLEMENTED_TRACES);
+            }
+        }
         Observability {
-            otlp_endpoint: self.optional(&f, "otlp_endpoint", |d, p, v| {
-                let url = d.string(p, v)?;
-                let lower = url.to_ascii_lowercase();
-                if lower.starts_with("http://") || lower.starts_with("https://") {
-                    Some(url)
-                } else {
-                    d.problem(
-                        p,
-                        format!("must start with http:// or https:// (got {url:?})"),
-                    );
-                    None
-                }
-            }),
-            trace_sample_ratio: self.or(
-                &f,
-                "trace_sample_ratio",
-                def.trace_sample_ratio,
-                |d, p, v| d.float(p, v, zero_to_one),
-            ),
             decision_log: self.optional(&f, "decision_log", Self::decision_log),
             shadow_log: self.optional(&f, "shadow_log", |d, p, v| {
                 d.string(p, v).map(PathBuf::from)
@@ -848,8 +837,8 @@ observability:
                 "health.max_ejection_percent: must be at most 100 (got 101)",
                 "retry.max_attempts: must be at least 1 (got 0)",
                 "tokenizer.workers: expected auto or a whole number >= 1 (got \"four\")",
-                "observability.otlp_endpoint: must start with http:// or https:// (got \"localhost:4318\")",
-                "observability.trace_sample_ratio: must be between 0 and 1 (got 1.1)",
+                "observability.otlp_endpoint: not implemented yet: traces are not exported; remove it",
+                "observability.trace_sample_ratio: not implemented yet: traces are not exported; remove it",
             ]
         );
         assert_eq!(

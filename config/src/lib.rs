@@ -1,12 +1,14 @@
 //! Inferrail's configuration: the YAML schema, its defaults, and validation that reports every
 //! problem at once, each with the path of the value to fix (`replicas[2].url: ...`).
 //!
-//! It also owns which settings may change live. On reload, models, replicas, discovery, routing,
-//! health, retry, load, timeouts, limits, sampling and logging apply live; listeners,
-//! `server.cores`, `tokenizer.workers`/`cache_tokens`, `index`, `observability.otlp_endpoint` and
-//! a kept model's tokenization (`tokenizer`, `block_size`, `chat_template`,
-//! `chat_template_kwargs`) need a restart ([`Config::restart_required`] names the ones that
-//! changed).
+//! It also owns which settings may change live (the `live` module lists the three classes):
+//! models, replicas, discovery, routing, health, retry, load, timeouts, limits,
+//! `tokenizer.max_wait`/`inline_max_bytes`, sampling and logging apply live; listeners,
+//! `server.cores`/`shutdown_timeout`, `routing.seed`, `tokenizer.workers`/`cache_tokens`,
+//! `index`, the log files and each model's tokenization as it started (`tokenizer`,
+//! `block_size`, `chat_template`, `chat_template_kwargs`) need a restart
+//! ([`Config::restart_required`] names the ones that changed); `observability.otlp_endpoint`
+//! and `trace_sample_ratio` are refused until traces are exported.
 //!
 //! For a control plane that keeps "the config in effect" as a JSON document (to show it and
 //! PATCH it), [`document_of_yaml`] turns the file into that document, [`merge_patch`] applies an
@@ -35,6 +37,7 @@ use std::path::Path;
 
 pub use document::{document_of_yaml, parse_document};
 pub use error::{ConfigError, Problem, Problems};
+pub use live::RoutingReach;
 pub use merge_patch::merge_patch;
 pub use schema::{
     Config, CostModelParams, Count, DecisionLog, Discovery, DnsGroup, Health, HotPrefix, Index,
@@ -222,8 +225,6 @@ mod tests {
         assert_eq!(config.index.shards, Count::Auto);
         assert_eq!(config.index.default_capacity_blocks, 16384);
         let obs = &config.observability;
-        assert_eq!(obs.otlp_endpoint, None);
-        assert_eq!(obs.trace_sample_ratio, 0.0);
         assert_eq!(obs.decision_log, None);
         assert_eq!(obs.shadow_log, None);
         assert!(!config.logging.log_prompts);
@@ -407,8 +408,6 @@ load: {scrape_interval: 100ms, scrape_timeout: 100ms, max_age: 250ms}
 tokenizer: {workers: 4, max_wait: 50ms, cache_tokens: 1000000}
 index: {shards: auto, default_capacity_blocks: 16384}
 observability:
-  otlp_endpoint: http://localhost:4318/v1/traces
-  trace_sample_ratio: 0.1
   decision_log: {path: /var/log/inferrail/decisions.jsonl, sample_rate: 0.01}
   shadow_log: /var/log/inferrail/shadow.jsonl
 logging: {log_prompts: false}
@@ -443,7 +442,18 @@ logging: {log_prompts: false}
                 sample_rate: 0.01
             })
         );
-        assert_eq!(config.observability.trace_sample_ratio, 0.1);
+        // The spec's tracing keys are refused until traces are exported.
+        let traced = spec.replace(
+            "observability:\n",
+            "observability:\n  otlp_endpoint: http://localhost:4318/v1/traces\n  trace_sample_ratio: 0.1\n",
+        );
+        assert_eq!(
+            errs(&traced),
+            [
+                "observability.otlp_endpoint: not implemented yet: traces are not exported; remove it",
+                "observability.trace_sample_ratio: not implemented yet: traces are not exported; remove it",
+            ]
+        );
     }
 
     #[test]

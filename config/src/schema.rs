@@ -518,13 +518,10 @@ impl DnsGroup {
     pub const DEFAULT_REFRESH: Duration = Duration::from_secs(2);
 }
 
-/// The `observability` section.
+/// The `observability` section. `otlp_endpoint` and `trace_sample_ratio` are refused until
+/// traces are exported.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Observability {
-    /// OTLP/HTTP traces endpoint; no tracing when `None`.
-    pub otlp_endpoint: Option<String>,
-    /// Fraction of requests traced. Default 0.0, in [0, 1].
-    pub trace_sample_ratio: f64,
     /// Routing decision log; none when `None`.
     pub decision_log: Option<DecisionLog>,
     /// Shadow policy comparison log (JSON lines); none when `None`.

@@ -679,6 +679,9 @@ impl Controller {
             self.count_reload("unchanged");
             return;
         }
+        for warning in applied.warnings() {
+            eprintln!("inferrail: {warning}");
+        }
         self.apply(applied.config, applied.generation);
         self.count_reload("applied");
         self.apply_times.push(started.elapsed());

@@ -4,8 +4,10 @@
 //! [`ConfigStore`] keeps the config in effect as a JSON document (what the admin API shows and
 //! PATCHes), its parsed [`Config`] and a generation that counts applied changes. A candidate
 //! (the file's new contents, or the document with a merge patch applied) is validated in full
-//! and compared with the running config: if it is invalid, or changes a setting that needs a
-//! restart, it is refused whole and nothing changes. [`FilePoller`] decides when the file is due
+//! and compared with the config the process started with: if it is invalid, or changes a setting
+//! that needs a restart (see `inferrail_config`'s live module for the three classes), it is
+//! refused whole and nothing changes. An applied change says which models each changed routing
+//! setting reaches, and warns when it reaches none because every model keeps its own. [`FilePoller`] decides when the file is due
 //! for a re-read and [`sighup_flag`] records SIGHUPs for the control thread to pick up.
 //!
 //! The file and PATCHes are two writers of one document: a PATCH lasts until the file's contents
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inferrail_config::{
-    document_of_yaml, merge_patch, parse_document, Config, ConfigError, Problems,
+    document_of_yaml, merge_patch, parse_document, Config, ConfigError, Problems, RoutingReach,
 };
 use serde_json::Value;
 
@@ -34,6 +36,9 @@ pub struct ConfigStore {
     document: Value,
     /// `document`, parsed.
     config: Config,
+    /// The config the process started with: restart-only settings are checked against it (a
+    /// model's tokenizer is the one loaded at start, whatever was applied since).
+    started: Config,
     /// 1 at start, plus one per applied change.
     generation: u64,
     /// The file's text at the last read; `None` before the first re-read.
@@ -42,13 +47,26 @@ pub struct ConfigStore {
     file_document: Value,
 }
 
-/// A change that was applied: the new generation and the config now in effect.
+/// A change that was applied: the new generation, the config now in effect and how its routing
+/// changes reach the models.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Applied {
     /// The generation now in effect.
     pub generation: u64,
     /// The config now in effect.
     pub config: Config,
+    /// Each changed routing setting with the models it reaches (empty when none changed).
+    pub routing: Vec<RoutingReach>,
+}
+
+impl Applied {
+    /// One line per routing change that reaches no model (every model keeps its own setting).
+    pub fn warnings(&self) -> Vec<String> {
+        self.routing
+            .iter()
+            .filter_map(RoutingReach::warning)
+            .collect()
+    }
 }
 
 impl fmt::Display for Applied {
@@ -93,6 +111,7 @@ impl ConfigStore {
             path,
             file_document: doc.clone(),
             document: doc,
+            started: config.clone(),
             config,
             generation: 1,
             file_text: None,
@@ -177,12 +196,14 @@ impl ConfigStore {
         check: impl FnOnce(&Config) -> Result<(), Refusal>,
     ) -> Result<Applied, Refusal> {
         let config = parse_document(&doc)?;
-        let restart = self.config.restart_required(&config);
+        let restart = self.started.restart_required(&config);
         if !restart.is_empty() {
             return Err(Refusal::RestartRequired(restart));
         }
         check(&config)?;
+        let mut routing = Vec::new();
         if doc != self.document {
+            routing = self.config.routing_reach(&config);
             self.document = doc;
             self.config = config;
             self.generation += 1;
@@ -190,6 +211,7 @@ impl ConfigStore {
         Ok(Applied {
             generation: self.generation,
             config: self.config.clone(),
+            routing,
         })
     }
 }
@@ -255,8 +277,10 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
-    use inferrail_config::{document_of_yaml, parse_document, PolicyKind};
-    use serde_json::json;
+    use inferrail_config::{document_of_yaml, parse_document, PolicyKind, RoutingReach};
+    use inferrail_dataplane::predict::PredictionLimits;
+    use inferrail_dataplane::snapshot::ConfigPart;
+    use serde_json::{json, Value};
 
     use super::{sighup_flag, take_sighup, ConfigStore, FilePoller, Refusal};
 
@@ -405,15 +429,169 @@ replicas: [{id: r0, url: 'http://127.0.0.1:8001', models: [m]}]
         );
         assert_eq!(store.generation(), 1);
         assert_eq!(store.config().routing.epsilon, 1.0);
-        // Adding a model with its own tokenizer is live.
-        let applied = store
-            .patch(&json!({
-                "models": [{"name": "m", "tokenizer": "builtin:sim"}, {"name": "n", "tokenizer": "builtin:sim"}],
+        // Adding a model with its own tokenizer would leave it without predictions (tokenizers
+        // are loaded at start-up): refused, naming it. Without a tokenizer it is live.
+        let added = |tokenizer: Value| {
+            json!({
+                "models": [{"name": "m", "tokenizer": "builtin:sim"}, {"name": "n", "tokenizer": tokenizer}],
                 "replicas": [{"id": "r0", "url": "http://127.0.0.1:8001", "models": ["m", "n"]}]
-            }))
-            .unwrap();
+            })
+        };
+        assert_eq!(
+            store.patch(&added(json!("builtin:sim"))).unwrap_err(),
+            Refusal::RestartRequired(vec!["models[n].tokenizer".to_string()])
+        );
+        assert_eq!(store.generation(), 1);
+        let applied = store.patch(&added(Value::Null)).unwrap();
         assert_eq!(applied.generation, 2);
         assert_eq!(applied.config.models.len(), 2);
+    }
+
+    #[test]
+    fn a_model_removed_and_added_back_keeps_its_start_up_tokenizer() {
+        let mut store = store_of(BASE, None);
+        let models = |m: Value| {
+            let served: Vec<Value> = m
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["name"].clone())
+                .collect();
+            json!({"models": m, "replicas": [{"id": "r0", "url": "http://127.0.0.1:8001", "models": served}]})
+        };
+        store.patch(&models(json!([{"name": "n"}]))).unwrap();
+        assert_eq!(store.generation(), 2);
+        // Back with another tokenizer: checked against the start-up config, not the last one.
+        let back = json!([{"name": "n"}, {"name": "m", "tokenizer": "/models/other"}]);
+        assert_eq!(
+            store.patch(&models(back)).unwrap_err(),
+            Refusal::RestartRequired(vec!["models[m].tokenizer".to_string()])
+        );
+        // Back as it started: its tokenizer is still loaded.
+        let back = json!([{"name": "n"}, {"name": "m", "tokenizer": "builtin:sim"}]);
+        assert_eq!(store.patch(&models(back)).unwrap().generation, 3);
+    }
+
+    /// The live class: the prediction settings a PATCH changes are the ones the next snapshot
+    /// hands to requests.
+    #[test]
+    fn prediction_settings_patch_live_into_the_snapshot() {
+        let mut store = store_of(BASE, None);
+        let applied = store
+            .patch(&json!({"tokenizer": {"max_wait": "0ms", "inline_max_bytes": 0}}))
+            .unwrap();
+        assert_eq!(applied.generation, 2);
+        let part = ConfigPart::from_config(&applied.config, applied.generation, 0);
+        assert_eq!(
+            part.settings.prediction,
+            PredictionLimits {
+                max_wait: Duration::ZERO,
+                inline_max_bytes: 0
+            }
+        );
+    }
+
+    /// The restart-only class: read once at start-up, so a change is refused naming it.
+    #[test]
+    fn settings_read_at_start_up_are_refused_by_patch_and_reload() {
+        let file = TempFile::new("restart-only", BASE);
+        let mut store = store_of(BASE, Some(&file.0));
+        for (patch, path) in [
+            (json!({"routing": {"seed": 7}}), "routing.seed"),
+            (
+                json!({"server": {"shutdown_timeout": "1s"}}),
+                "server.shutdown_timeout",
+            ),
+            (json!({"tokenizer": {"workers": 3}}), "tokenizer.workers"),
+        ] {
+            assert_eq!(
+                store.patch(&patch).unwrap_err(),
+                Refusal::RestartRequired(vec![path.to_string()])
+            );
+        }
+        file.write(&format!("{BASE}routing: {{seed: 7}}\n"));
+        assert_eq!(
+            store.reload_file(),
+            Err(Refusal::RestartRequired(vec!["routing.seed".to_string()]))
+        );
+        assert_eq!(store.generation(), 1);
+    }
+
+    /// The refused class: not implemented, so refused naming the path, by PATCH and reload alike.
+    #[test]
+    fn tracing_settings_are_refused_by_patch_and_reload() {
+        let file = TempFile::new("tracing", BASE);
+        let mut store = store_of(BASE, Some(&file.0));
+        let expect = |refusal: Refusal, path: &str| {
+            let Refusal::Invalid(problems) = &refusal else {
+                panic!("expected Invalid, got {refusal:?}");
+            };
+            assert_eq!(
+                problems.at(path).map(|p| p.message.as_str()),
+                Some("not implemented yet: traces are not exported; remove it"),
+                "{problems}"
+            );
+        };
+        expect(
+            store
+                .patch(&json!({"observability": {"otlp_endpoint": "http://c:4318"}}))
+                .unwrap_err(),
+            "observability.otlp_endpoint",
+        );
+        file.write(&format!(
+            "{BASE}observability: {{trace_sample_ratio: 0.5}}\n"
+        ));
+        expect(
+            store.reload_file().unwrap_err(),
+            "observability.trace_sample_ratio",
+        );
+        assert_eq!(store.generation(), 1);
+    }
+
+    #[test]
+    fn a_routing_change_every_model_shadows_says_so() {
+        let text = BASE.replace(
+            "tokenizer: builtin:sim}",
+            "tokenizer: builtin:sim, policy: p2c}",
+        );
+        let mut store = store_of(&text, None);
+        let before = store.config().clone();
+        let applied = store
+            .patch(&json!({"routing": {"default_policy": "random"}}))
+            .unwrap();
+        assert_eq!(applied.generation, 2);
+        assert_eq!(
+            applied.routing,
+            [RoutingReach {
+                path: "routing.default_policy".to_string(),
+                affects: vec![],
+                shadowed_by: vec!["models[m].policy".to_string()],
+            }]
+        );
+        assert_eq!(
+            applied.warnings(),
+            [
+                "routing.default_policy changes no routing decision: every model keeps its own \
+              setting (models[m].policy)"
+            ]
+        );
+        // And it is true of what the cores route with: the model's arms did not change.
+        let arms =
+            |c: &inferrail_config::Config| ConfigPart::from_config(c, 1, 0).models[0].arms.clone();
+        assert_eq!(arms(&before), arms(&applied.config));
+
+        // Once the model drops its own policy, the default reaches it, and its arms change.
+        let applied = store
+            .patch(&json!({"models": [{"name": "m", "tokenizer": "builtin:sim"}]}))
+            .unwrap();
+        assert!(applied.routing.is_empty(), "{:?}", applied.routing);
+        assert_ne!(arms(&before), arms(&applied.config));
+        let applied = store
+            .patch(&json!({"routing": {"default_policy": "p2c", "epsilon": 2}}))
+            .unwrap();
+        assert_eq!(applied.routing.len(), 2);
+        assert!(applied.routing.iter().all(|r| r.affects == ["m"]));
+        assert!(applied.warnings().is_empty());
     }
 
     #[test]
@@ -472,14 +650,14 @@ replicas: [{id: r0, url: 'http://127.0.0.1:8001', models: [m]}]
     fn a_patch_lasts_until_the_file_changes() {
         let file = TempFile::new("patch-then-file", BASE);
         let mut store = store_of(BASE, Some(&file.0));
-        store.patch(&json!({"routing": {"seed": 7}})).unwrap();
+        store.patch(&json!({"routing": {"epsilon": 0.5}})).unwrap();
         assert_eq!(store.reload_file(), Ok(None));
-        assert_eq!(store.config().routing.seed, Some(7));
+        assert_eq!(store.config().routing.epsilon, 0.5);
         file.write(&format!("{BASE}retry: {{max_attempts: 1}}\n"));
         let applied = store.reload_file().unwrap().unwrap();
         assert_eq!(applied.generation, 3);
         assert_eq!(applied.config.retry.max_attempts, 1);
-        assert_eq!(applied.config.routing.seed, None);
+        assert_eq!(applied.config.routing.epsilon, 1.0);
     }
 
     #[test]

@@ -128,12 +128,6 @@ pub fn build(
         what: "index shards",
         source: std::io::Error::other(e.to_string()),
     })?;
-    let predictor = Predictor::new(
-        models,
-        pool,
-        Arc::new(index),
-        config.tokenizer.max_wait,
-        usize::try_from(config.tokenizer.inline_max_bytes).unwrap_or(usize::MAX),
-    );
+    let predictor = Predictor::new(models, pool, Arc::new(index));
     Ok((Some(Arc::new(predictor)), problems))
 }

@@ -1,9 +1,14 @@
 //! Cache predictions on the request path. The prompt is tokenized and cut into block hashes on
 //! the tokenizer pool (never on a data core); the index shards answer how many leading blocks each
 //! candidate replica holds; the routed attempt is recorded on its replica, and taken back when the
-//! engine refuses it or fails before answering. A request never waits longer than
-//! `tokenizer.max_wait` for its tokens: past that, or when the pool's queue is full, it is routed
-//! without a prediction.
+//! engine refuses it or fails before answering.
+//!
+//! One deadline covers a request's whole prediction: it is `tokenizer.max_wait` after the request
+//! starts predicting, and both the wait for its tokens and the index lookup end by it ([`Budget`]).
+//! Past it, or when the pool's or the index's queue is full, the request is routed without a
+//! prediction. `tokenizer.max_wait` and `tokenizer.inline_max_bytes` are read per request from
+//! the snapshot it routes with ([`PredictionLimits`]), so a live config change applies to the
+//! next request.
 
 use inferrail_routing::PromptView;
 use inferrail_shards::index::{IndexShards, RecordTicket};
@@ -61,31 +66,91 @@ impl PromptFacts {
 /// Why a request got no prediction, as a metrics label.
 pub type NoPrediction = &'static str;
 
+/// The prediction settings of one snapshot: `tokenizer.max_wait` and
+/// `tokenizer.inline_max_bytes`. Live: each request reads the ones of the snapshot it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PredictionLimits {
+    /// The longest a request waits for its prediction, tokens and index lookup together.
+    pub max_wait: Duration,
+    /// Bodies of at most this many bytes are tokenized on the calling core.
+    pub inline_max_bytes: usize,
+}
+
+impl PredictionLimits {
+    /// The limits of a config's `tokenizer` section.
+    pub fn from_config(tokenizer: &inferrail_config::TokenizerPool) -> PredictionLimits {
+        PredictionLimits {
+            max_wait: tokenizer.max_wait,
+            inline_max_bytes: usize::try_from(tokenizer.inline_max_bytes).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+impl Default for PredictionLimits {
+    /// The config defaults.
+    fn default() -> PredictionLimits {
+        PredictionLimits::from_config(&inferrail_config::TokenizerPool::default())
+    }
+}
+
+/// One request's prediction budget: a single deadline, `max_wait` after it was made, that ends
+/// the wait for the tokens and the index lookup alike. Pure: the caller passes the time.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    deadline: Instant,
+    inline_max_bytes: usize,
+}
+
+impl Budget {
+    /// The budget of a request that starts predicting at `now` under `limits`.
+    pub fn new(limits: PredictionLimits, now: Instant) -> Budget {
+        Budget {
+            // A max_wait too large to add is no deadline worth keeping: wait about forever.
+            deadline: now
+                .checked_add(limits.max_wait)
+                .or_else(|| now.checked_add(Duration::from_secs(86_400 * 365)))
+                .unwrap_or(now),
+            inline_max_bytes: limits.inline_max_bytes,
+        }
+    }
+
+    /// The time left at `now`; `None` once the deadline is reached (nothing left to wait for).
+    pub fn left(&self, now: Instant) -> Option<Duration> {
+        let left = self.deadline.saturating_duration_since(now);
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Whether a body of `len` bytes is tokenized on the calling core.
+    pub fn inline(&self, len: usize) -> bool {
+        len <= self.inline_max_bytes
+    }
+
+    /// The deadline as the runtime's timers take it.
+    fn timer_deadline(&self) -> monoio::time::Instant {
+        monoio::time::Instant::from_std(self.deadline)
+    }
+}
+
 /// Everything predictions need, shared by the data cores and the control thread.
 pub struct Predictor {
     models: HashMap<String, ModelPredictor>,
     pool: WorkerPool,
     index: Arc<IndexShards>,
-    max_wait: Duration,
-    inline_max_bytes: usize,
 }
 
 impl Predictor {
-    /// A predictor over `models` (by canonical name), a tokenizer pool and the index shards.
-    /// Bodies of at most `inline_max_bytes` bytes are tokenized on the calling core.
+    /// A predictor over `models` (by canonical name), a tokenizer pool and the index shards. How
+    /// long a request waits and which bodies are tokenized inline come with each request's
+    /// [`Budget`].
     pub fn new(
         models: HashMap<String, ModelPredictor>,
         pool: WorkerPool,
         index: Arc<IndexShards>,
-        max_wait: Duration,
-        inline_max_bytes: usize,
     ) -> Predictor {
         Predictor {
             models,
             pool,
             index,
-            max_wait,
-            inline_max_bytes,
         }
     }
 
@@ -105,21 +170,26 @@ impl Predictor {
     }
 
     /// The prompt facts of `body` for `model`, computed on the pool (or on this core when the
-    /// body is at most `tokenizer.inline_max_bytes` long). Returns within `tokenizer.max_wait`
-    /// (plus a timer tick) whatever happens on the pool; also the time it took.
+    /// budget tokenizes a body this long inline). Returns by the budget's deadline (plus a
+    /// timer tick) whatever happens on the pool, at once when it has passed (`timeout`); also
+    /// the time it took.
     pub async fn prompt(
         &self,
         model: &str,
         endpoint: Endpoint,
         body: &[u8],
+        budget: &Budget,
     ) -> (Result<PromptFacts, NoPrediction>, Duration) {
         let started = Instant::now();
         let Some(m) = self.models.get(model) else {
             return (Err("no_tokenizer"), Duration::ZERO);
         };
-        if body.len() <= self.inline_max_bytes {
+        if budget.inline(body.len()) {
             let facts = compute(&m.tokenizer, &m.kwargs, model, m.block_size, endpoint, body);
             return (facts, started.elapsed());
+        }
+        if budget.left(started).is_none() {
+            return (Err("timeout"), Duration::ZERO);
         }
         let (tx, rx) = reply_channel::<Result<PromptFacts, NoPrediction>>();
         let tokenizer = m.tokenizer.clone();
@@ -140,7 +210,7 @@ impl Predictor {
         if self.pool.try_submit(job).is_err() {
             return (Err("queue_full"), started.elapsed());
         }
-        let result = match monoio::time::timeout(self.max_wait, rx).await {
+        let result = match monoio::time::timeout_at(budget.timer_deadline(), rx).await {
             Ok(Some(r)) => (*r).clone(),
             Ok(None) => Err("queue_full"),
             Err(_) => Err("timeout"),
@@ -172,16 +242,30 @@ impl Predictor {
             .ok()
     }
 
-    /// How many leading blocks of the prompt each of `replicas` (registry keys) holds, or `None`
-    /// when the index is busy or too slow (then no prediction is made).
-    pub async fn held_blocks(&self, facts: &PromptFacts, replicas: &[u64]) -> Option<Vec<usize>> {
+    /// How many leading blocks of the prompt each of `replicas` (registry keys) holds, by the
+    /// same budget's deadline as the tokens: `Err("timeout")` when it passes (at once when it
+    /// already has), `Err("index_busy")` when the index's queue is full or its shard stopped
+    /// (then no prediction is made).
+    pub async fn held_blocks(
+        &self,
+        facts: &PromptFacts,
+        replicas: &[u64],
+        budget: &Budget,
+    ) -> Result<Vec<usize>, NoPrediction> {
         if facts.hashes.is_empty() {
-            return Some(vec![0; replicas.len()]);
+            return Ok(vec![0; replicas.len()]);
         }
-        let reply = self.index.lookup(facts.hashes.clone(), replicas).ok()?;
-        match monoio::time::timeout(self.max_wait, reply).await {
-            Ok(Ok(blocks)) => Some(blocks),
-            _ => None,
+        if budget.left(Instant::now()).is_none() {
+            return Err("timeout");
+        }
+        let reply = self
+            .index
+            .lookup(facts.hashes.clone(), replicas)
+            .map_err(|_| "index_busy")?;
+        match monoio::time::timeout_at(budget.timer_deadline(), reply).await {
+            Ok(Ok(blocks)) => Ok(blocks),
+            Ok(Err(_)) => Err("index_busy"),
+            Err(_) => Err("timeout"),
         }
     }
 
@@ -231,6 +315,109 @@ fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use inferrail_shards::index::IndexConfig;
+
+    fn limits(max_wait_ms: u64, inline_max_bytes: usize) -> PredictionLimits {
+        PredictionLimits {
+            max_wait: Duration::from_millis(max_wait_ms),
+            inline_max_bytes,
+        }
+    }
+
+    #[test]
+    fn one_deadline_covers_the_tokens_and_the_lookup() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let budget = Budget::new(limits(100, 0), t0);
+        assert_eq!(budget.left(t0), Some(ms(100)));
+        // Tokenizing took 70ms: the lookup gets the 30ms left, not another max_wait.
+        assert_eq!(budget.left(t0 + ms(70)), Some(ms(30)));
+        assert_eq!(budget.left(t0 + ms(100)), None);
+        assert_eq!(budget.left(t0 + ms(500)), None);
+        // max_wait 0: nothing to wait for from the start.
+        assert_eq!(Budget::new(limits(0, 0), t0).left(t0), None);
+        // A max_wait too large to add still makes a budget.
+        let huge = PredictionLimits {
+            max_wait: Duration::MAX,
+            inline_max_bytes: 0,
+        };
+        assert!(Budget::new(huge, t0).left(t0).is_some());
+    }
+
+    #[test]
+    fn the_inline_size_comes_with_the_budget() {
+        let t0 = Instant::now();
+        assert!(Budget::new(limits(50, 4096), t0).inline(4096));
+        assert!(!Budget::new(limits(50, 4096), t0).inline(4097));
+        assert!(!Budget::new(limits(50, 0), t0).inline(1));
+        let from_config = PredictionLimits::from_config(&inferrail_config::TokenizerPool {
+            max_wait: Duration::from_millis(7),
+            inline_max_bytes: 9,
+            ..Default::default()
+        });
+        assert_eq!(from_config, limits(7, 9));
+    }
+
+    fn predictor() -> Predictor {
+        let tokenizer = inferrail_shards::tokenize::load("builtin:sim", None).unwrap();
+        let models = HashMap::from([(
+            "m".to_string(),
+            ModelPredictor {
+                tokenizer: Arc::new(tokenizer),
+                block_size: 4,
+                kwargs: Arc::new(serde_json::Map::new()),
+            },
+        )]);
+        let pool = WorkerPool::start("predict-test", 1, 8, &[]).unwrap();
+        let index = IndexShards::start(IndexConfig {
+            shards: 1,
+            queue_capacity: 64,
+            default_capacity_blocks: 1024,
+        })
+        .unwrap();
+        Predictor::new(models, pool, Arc::new(index))
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    const BODY: &[u8] =
+        br#"{"model":"m","prompt":"one two three four five six seven eight nine ten"}"#;
+
+    #[test]
+    fn a_spent_budget_asks_neither_the_pool_nor_the_index() {
+        let p = predictor();
+        let spent = Budget::new(limits(0, 0), Instant::now());
+        let (facts, took) = block_on(p.prompt("m", Endpoint::Completion, BODY, &spent));
+        assert_eq!(facts.unwrap_err(), "timeout");
+        assert_eq!(took, Duration::ZERO, "nothing was waited for");
+
+        // Tokens made inline (the body fits), but the same spent deadline ends the lookup.
+        let inline = Budget::new(limits(0, 4096), Instant::now());
+        let (facts, _) = block_on(p.prompt("m", Endpoint::Completion, BODY, &inline));
+        let facts = facts.unwrap();
+        assert!(!facts.hashes.is_empty());
+        assert_eq!(
+            block_on(p.held_blocks(&facts, &[1, 2], &inline)),
+            Err("timeout")
+        );
+        // A budget with time left gets its answer from the index.
+        let generous = Budget::new(limits(60_000, 0), Instant::now());
+        assert!(p.record(1, &facts).is_some());
+        let (pooled, _) = block_on(p.prompt("m", Endpoint::Completion, BODY, &generous));
+        let pooled = pooled.unwrap();
+        assert_eq!(pooled.hashes, facts.hashes, "the pool and the core agree");
+        let held = block_on(p.held_blocks(&pooled, &[1, 2], &generous)).unwrap();
+        assert_eq!(held, [facts.hashes.len(), 0]);
+        // Unknown models have no tokenizer, whatever the budget.
+        let (none, _) = block_on(p.prompt("other", Endpoint::Completion, BODY, &generous));
+        assert_eq!(none.unwrap_err(), "no_tokenizer");
+    }
 
     #[test]
     fn a_fully_cached_prompt_still_computes_its_last_block() {

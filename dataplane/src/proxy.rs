@@ -6,7 +6,7 @@ use crate::errors::AttemptError;
 use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::{DecisionRecord, ShadowJob};
-use crate::predict::PromptFacts;
+use crate::predict::{Budget, PromptFacts};
 use crate::sockets::ClientWatch;
 use inferrail_routing::Candidate;
 use inferrail_routing::FleetFacts;
@@ -381,8 +381,8 @@ struct Prediction {
 }
 
 impl Prediction {
-    /// Tokenizes (on the pool) and looks up (on the index shards) within `tokenizer.max_wait`;
-    /// counts the result.
+    /// Tokenizes (on the pool) and looks up (on the index shards) within one deadline,
+    /// `tokenizer.max_wait` of the request's snapshot; counts the result.
     async fn make(ctx: &CoreContext, view: &CoreView, req: &ProxyRequest) -> Prediction {
         let none = Prediction {
             facts: None,
@@ -394,7 +394,10 @@ impl Prediction {
             return none;
         };
         let model = &view.snap.models[req.model];
-        let (facts, took) = predictor.prompt(&model.name, req.endpoint, &req.body).await;
+        let budget = Budget::new(view.snap.settings.prediction, Instant::now());
+        let (facts, took) = predictor
+            .prompt(&model.name, req.endpoint, &req.body, &budget)
+            .await;
         if took > Duration::ZERO {
             stats.tokenize_time(took);
         }
@@ -410,12 +413,15 @@ impl Prediction {
             .iter()
             .map(|&i| view.snap.replicas[i].spec.key)
             .collect();
-        let Some(held) = predictor.held_blocks(&facts, &keys).await else {
-            stats.result("index_busy");
-            return Prediction {
-                facts: Some(facts),
-                cached: Vec::new(),
-            };
+        let held = match predictor.held_blocks(&facts, &keys, &budget).await {
+            Ok(held) => held,
+            Err(label) => {
+                stats.result(label);
+                return Prediction {
+                    facts: Some(facts),
+                    cached: Vec::new(),
+                };
+            }
         };
         stats.result("predicted");
         let mut cached = vec![None; view.snap.replicas.len()];

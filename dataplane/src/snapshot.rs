@@ -3,6 +3,7 @@
 
 use crate::fleet::FleetReplica;
 use crate::metrics::{MetricsEpoch, MetricsLayout};
+use crate::predict::PredictionLimits;
 use inferrail_config::{Config, PolicyKind};
 use inferrail_routing::split::Arms;
 use inferrail_routing::BrainParams;
@@ -38,6 +39,8 @@ pub struct Settings {
     pub decision_sample_rate: f64,
     /// Whether logs may carry prompt text (`logging.log_prompts`).
     pub log_prompts: bool,
+    /// How long a request waits for its cache prediction and which bodies it tokenizes inline.
+    pub prediction: PredictionLimits,
 }
 
 /// One arm of a model's traffic split.
@@ -299,6 +302,7 @@ impl ConfigPart {
                     .as_ref()
                     .map_or(0.0, |d| d.sample_rate),
                 log_prompts: config.logging.log_prompts,
+                prediction: PredictionLimits::from_config(&config.tokenizer),
             },
             models,
             created_unix,

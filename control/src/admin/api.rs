@@ -8,7 +8,7 @@ use crate::admin::metrics::{
 use crate::controller::{Controller, ScrapeState};
 use crate::fleet::health::ReplicaHealth;
 use crate::live_config::Refusal;
-use inferrail_config::PolicyKind;
+use inferrail_config::{PolicyKind, RoutingReach};
 use inferrail_dataplane::core_stats::{
     DECISION_BUCKETS, ESTIMATE_BUCKETS, RESULT_LABELS, TOKENIZE_BUCKETS,
 };
@@ -129,20 +129,39 @@ pub fn patch_config(ctl: &mut Controller, body: &[u8], started: Instant) -> Admi
             )
         }
     };
+    let before = ctl.store.config().clone();
     match ctl.apply_patch(&patch, started) {
-        Ok(generation) => AdminResponse::json(200, &json!({"generation": generation})),
+        Ok(generation) => {
+            let mut answer = json!({"generation": generation});
+            add_reach(&mut answer, &before.routing_reach(ctl.store.config()));
+            AdminResponse::json(200, &answer)
+        }
         Err(refusal) => refusal_response(ctl, &refusal),
     }
 }
 
 /// POST /admin/reload: re-reads the config file now.
 pub fn reload(ctl: &mut Controller, started: Instant) -> AdminResponse {
+    let before = ctl.store.config().clone();
     match ctl.reload_file(started) {
         Ok((generation, changed)) => {
-            AdminResponse::json(200, &json!({"generation": generation, "changed": changed}))
+            let mut answer = json!({"generation": generation, "changed": changed});
+            add_reach(&mut answer, &before.routing_reach(ctl.store.config()));
+            AdminResponse::json(200, &answer)
         }
         Err(refusal) => refusal_response(ctl, &refusal),
     }
+}
+
+/// Adds to an applied change's answer `routing` (each changed routing setting: `path`, the
+/// models it `affects`, the settings it is `shadowed_by`) and `warnings` (one line per change
+/// that reaches no model).
+fn add_reach(answer: &mut Value, reach: &[RoutingReach]) {
+    answer["routing"] = reach
+        .iter()
+        .map(|r| json!({"path": r.path, "affects": r.affects, "shadowed_by": r.shadowed_by}))
+        .collect();
+    answer["warnings"] = reach.iter().filter_map(RoutingReach::warning).collect();
 }
 
 /// GET /admin/shadow: agreement of the shadow policies with the real decisions.

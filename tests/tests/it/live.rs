@@ -235,3 +235,231 @@ fn a_75_25_split_routes_by_weight_and_keeps_conversations_on_one_arm() {
         "{text}"
     );
 }
+
+/// A temporary path for this test and process.
+fn temp_path(test: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("inferrail-live-{test}-{}.yaml", std::process::id()))
+}
+
+/// A gateway config whose model has the builtin tokenizer; every body goes to the tokenizer pool.
+fn predicting_yaml(e: &[inferrail_sim::ScriptedEngine], max_wait: &str) -> String {
+    config_yaml(
+        e,
+        "round_robin",
+        "",
+        &format!("tokenizer:\n  max_wait: {max_wait}\n  inline_max_bytes: 0\n"),
+    )
+    .replace(
+        "    policy: round_robin\n",
+        "    policy: round_robin\n    tokenizer: builtin:sim\n",
+    )
+}
+
+/// `inferrail_prompts_total{result="<result>"}`, summed over the cores.
+fn prompts(gw: &TestGateway, result: &str) -> f64 {
+    metric(
+        &gw.metrics(),
+        &format!("inferrail_prompts_total{{result=\"{result}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+/// Whether a fresh request got a prediction (the gateway then sends its prompt tokens).
+fn predicted(gw: &TestGateway) -> bool {
+    let r = post_chat(gw.addr, &chat(MODEL, false));
+    assert_eq!(r.status, 200);
+    r.header("x-inferrail-prompt-tokens").is_some()
+}
+
+/// The live class: `tokenizer.max_wait` is read per request from its snapshot.
+#[test]
+fn a_live_tokenizer_max_wait_takes_effect() {
+    let e = engines(1, EngineBehavior::Instant);
+    let gw = TestGateway::start(&predicting_yaml(&e, "5s"));
+    assert!(predicted(&gw), "max_wait 5s: predicted");
+
+    // max_wait 0: nothing is waited for, so no request is predicted (the pool is never asked).
+    let (status, v) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"tokenizer": {"max_wait": "0ms"}}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["generation"], 2);
+    // The cores take the new snapshot from their mailboxes: wait for it to reach both.
+    let timeouts = prompts(&gw, "timeout");
+    assert!(wait_until(Duration::from_secs(5), || (0..4).all(|_| !predicted(&gw))));
+    for _ in 0..6 {
+        assert!(!predicted(&gw), "max_wait 0: routed without a prediction");
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || prompts(&gw, "timeout")
+            >= timeouts + 10.0),
+        "the requests without a prediction are counted as timeouts: {}",
+        gw.metrics()
+    );
+
+    // Back to 5s: predicted again.
+    let (status, _) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"tokenizer": {"max_wait": "5s"}}"#),
+    );
+    assert_eq!(status, 200);
+    assert!(wait_until(Duration::from_secs(5), || (0..4).all(|_| predicted(&gw))));
+    for _ in 0..6 {
+        assert!(predicted(&gw));
+    }
+}
+
+/// The restart-only class: PATCH and reload refuse a change naming it, and nothing applies.
+#[test]
+fn restart_only_prediction_settings_are_reported_by_patch_and_reload() {
+    let e = engines(1, EngineBehavior::Instant);
+    let path = temp_path("restart-only");
+    let yaml = predicting_yaml(&e, "5s");
+    std::fs::write(&path, &yaml).unwrap();
+    let gw = TestGateway::start_file(&path, inferrail_control::GatewayOptions::default());
+
+    let (status, v) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"tokenizer": {"workers": 3, "cache_tokens": 10}}"#),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        v["error"]["message"],
+        "configuration refused, nothing applied: tokenizer.workers, tokenizer.cache_tokens need a restart to change"
+    );
+
+    // A model added by the file with a tokenizer would never be predicted: refused, naming it.
+    let added = yaml
+        .replace(
+            "    tokenizer: builtin:sim\nrouting:",
+            "    tokenizer: builtin:sim\n  - name: other\n    tokenizer: builtin:sim\nrouting:",
+        )
+        .replace("models: [sim-llama]", "models: [sim-llama, other]");
+    std::fs::write(&path, &added).unwrap();
+    let (status, v) = gw.admin("POST", "/admin/reload", None);
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "configuration refused, nothing applied: models[other].tokenizer needs a restart to change"
+    );
+    let (_, config) = gw.admin("GET", "/admin/config", None);
+    assert_eq!(config["generation"], 1);
+    // The same model without a tokenizer is live.
+    let plain = added.replace(
+        "  - name: other\n    tokenizer: builtin:sim\n",
+        "  - name: other\n",
+    );
+    assert_ne!(plain, added);
+    std::fs::write(&path, plain).unwrap();
+    let (status, v) = gw.admin("POST", "/admin/reload", None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["generation"], 2);
+    assert!(predicted(&gw), "the kept model is still predicted");
+    let text = gw.metrics();
+    assert!(
+        text.contains("inferrail_config_reloads_total{result=\"restart_required\"} 2"),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The refused class: tracing settings are refused by `inferrail check`, start-up, PATCH and
+/// reload alike, naming the path.
+#[test]
+fn tracing_settings_are_refused_everywhere() {
+    const MESSAGE: &str = "not implemented yet: traces are not exported; remove it";
+    let e = engines(1, EngineBehavior::Instant);
+    let yaml = config_yaml(&e, "round_robin", "", "");
+    let traced =
+        format!("{yaml}observability:\n  otlp_endpoint: http://127.0.0.1:4318/v1/traces\n");
+
+    let path = temp_path("tracing");
+    std::fs::write(&path, &traced).unwrap();
+    let out = std::process::Command::new(inferrail_bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("observability.otlp_endpoint: {MESSAGE}")),
+        "{err}"
+    );
+    let start = inferrail_control::ConfigSource::from_yaml(&traced).unwrap_err();
+    assert!(
+        start
+            .to_string()
+            .contains(&format!("observability.otlp_endpoint: {MESSAGE}")),
+        "{start}"
+    );
+
+    std::fs::write(&path, &yaml).unwrap();
+    let gw = TestGateway::start_file(&path, inferrail_control::GatewayOptions::default());
+    let (status, v) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"observability": {"trace_sample_ratio": 0.5}}"#),
+    );
+    assert_eq!(status, 400);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("observability.trace_sample_ratio: {MESSAGE}")),
+        "{msg}"
+    );
+    std::fs::write(&path, &traced).unwrap();
+    let (status, v) = gw.admin("POST", "/admin/reload", None);
+    assert_eq!(status, 400);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("observability.otlp_endpoint: {MESSAGE}")),
+        "{msg}"
+    );
+    let (_, config) = gw.admin("GET", "/admin/config", None);
+    assert_eq!(config["generation"], 1);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_routing_patch_says_which_models_it_reaches_or_what_shadows_it() {
+    let e = engines(2, EngineBehavior::Instant);
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    let (status, v) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"routing": {"default_policy": "random"}}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["generation"], 2);
+    assert_eq!(
+        v["routing"],
+        json!([{"path": "routing.default_policy", "affects": [], "shadowed_by": ["models[sim-llama].policy"]}])
+    );
+    assert_eq!(
+        v["warnings"],
+        json!(["routing.default_policy changes no routing decision: every model keeps its own setting (models[sim-llama].policy)"])
+    );
+    // True of what routes: the model's own policy.
+    let r = post_chat(gw.addr, &chat(MODEL, false));
+    assert_eq!(r.header("x-inferrail-policy"), Some("round_robin"));
+
+    let (status, v) = gw.admin(
+        "PATCH",
+        "/admin/config",
+        Some(r#"{"routing": {"epsilon": 2}}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["routing"],
+        json!([{"path": "routing.epsilon", "affects": [MODEL], "shadowed_by": []}])
+    );
+    assert_eq!(v["warnings"], json!([]));
+    // A patch that changes nothing reaches nothing.
+    let (_, v) = gw.admin("PATCH", "/admin/config", Some("{}"));
+    assert_eq!(v["generation"], 3);
+    assert_eq!(v["routing"], json!([]));
+}
