@@ -6,14 +6,14 @@
 //! that matters to routing ends in [`Controller::publish`], which builds one immutable snapshot,
 //! hands it to every core's mailbox and rings its doorbell.
 
-use crate::observe::decision_log::DecisionLogHandle;
 use crate::fleet::discovery::{DiscoveredMember, Discovery, Resolver};
 use crate::fleet::engine_load::EngineLoad;
 use crate::fleet::health::{HealthBook, HealthChange, HealthSettings};
-use crate::live_config::{Applied, ConfigStore, Refusal};
 use crate::fleet::registry::{static_replicas, Changes, Registry, Source, Wanted};
-use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
 use crate::fleet::scrape::ScrapeOutcome;
+use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
+use crate::live_config::{Applied, ConfigStore, Refusal};
+use crate::observe::decision_log::DecisionLogHandle;
 use crate::observe::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};

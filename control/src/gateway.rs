@@ -2,10 +2,10 @@
 
 use crate::control_thread::{self, ControlInputs};
 use crate::controller::{self, CoreLinks, Observers, Seed, DISCOVERY_START_WAIT};
-use crate::observe::decision_log::{spawn_decision_log, DecisionLogHandle};
 use crate::fleet::discovery::{Discovery, Resolver, SystemResolver};
-use crate::live_config::ConfigStore;
 use crate::fleet::registry::{static_replicas, Registry, ResolveError};
+use crate::live_config::ConfigStore;
+use crate::observe::decision_log::{spawn_decision_log, DecisionLogHandle};
 use crate::observe::shadow::{spawn_shadow, ShadowHandle};
 use inferrail_config::{Config, ConfigError, Count};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};

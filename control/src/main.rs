@@ -174,7 +174,11 @@ fn run_tool(cmd: &str, rest: &[String]) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    match std::process::Command::new(&tool).arg(cmd).args(rest).status() {
+    match std::process::Command::new(&tool)
+        .arg(cmd)
+        .args(rest)
+        .status()
+    {
         Ok(status) => match status.code() {
             Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             None => ExitCode::from(1),

@@ -5,9 +5,9 @@
 
 pub mod fleet_sim;
 
-use inferrail_tools::client::{Connection, Response};
 use inferrail_control::{ConfigSource, Gateway, GatewayOptions};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
+use inferrail_tools::client::{Connection, Response};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

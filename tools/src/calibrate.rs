@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use inferrail_config::{CostModelParams, UpstreamUrl};
 
 use crate::client::{Connection, Response};
-use inferrail_control::fleet::engine_load::{self, EngineKind};
 use crate::nnls;
+use inferrail_control::fleet::engine_load::{self, EngineKind};
 
 /// Probes by default.
 pub const DEFAULT_PROBES: usize = 24;

@@ -1,10 +1,10 @@
 //! The admin API's answers, built from the controller: replicas, config (GET, PATCH, reload),
 //! shadow agreement, and the merged metrics page.
 
-use crate::admin::response::AdminResponse;
 use crate::admin::metrics::{
     self, BrainView, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
 };
+use crate::admin::response::AdminResponse;
 use crate::controller::{Controller, ScrapeState};
 use crate::fleet::health::ReplicaHealth;
 use crate::live_config::Refusal;

@@ -7,8 +7,8 @@
 //! demand, no queued prefill). `?policy=NAME` explains any policy instead of the model's own
 //! (for a split model, the arm the request's conversation falls in).
 
-use crate::admin::response::AdminResponse;
 use crate::admin::api::model_of;
+use crate::admin::response::AdminResponse;
 use crate::controller::Controller;
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::offers::offers;

@@ -162,9 +162,7 @@ fn route(
             }
         }
         b"/admin/config" => match head.method {
-            Method::Get | Method::Head => {
-                AdminResponse::json(200, &api::config(&ctl.borrow()))
-            }
+            Method::Get | Method::Head => AdminResponse::json(200, &api::config(&ctl.borrow())),
             Method::Other if head.bytes.starts_with(b"PATCH ") => {
                 api::patch_config(&mut ctl.borrow_mut(), body, started)
             }

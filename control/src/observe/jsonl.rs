@@ -2,7 +2,7 @@
 //! flushed on a deadline, the observer thread loop that feeds it, and the on-disk form of a
 //! routing candidate (written by both logs, read back by the shadow replay).
 
-use crate::observe::shadow::ShadowInputs;
+use crate::observe::inputs::ShadowInputs;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::Snapshot;

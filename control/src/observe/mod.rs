@@ -3,6 +3,7 @@
 //! replay ([`replay`]) and the JSON-lines writer both logs share ([`jsonl`]).
 
 pub mod decision_log;
+pub mod inputs;
 pub(crate) mod jsonl;
 pub mod replay;
 pub mod shadow;

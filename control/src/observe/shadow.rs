@@ -5,13 +5,14 @@
 //! The decision logic is the pure [`ShadowEngine`] (no I/O, no clock); the thread around it only
 //! receives jobs, keeps the counts and writes the log.
 
+pub use crate::observe::inputs::ShadowInputs;
 use crate::observe::jsonl::{self, LineWriter, Worker};
 use crossbeam_channel::Receiver;
 use inferrail_config::PolicyKind;
 use inferrail_dataplane::observe::ShadowJob;
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_routing::split::stable_hash64;
-use inferrail_routing::{brain, policies, BrainParams, Candidate, FleetFacts, Rng};
+use inferrail_routing::{brain, policies, Candidate, FleetFacts, Rng};
 use inferrail_routing::{RouteInput, RoutingPolicy};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -27,17 +28,6 @@ pub const SHADOW_SALT: u64 = 0x5348_4144_4f57_0001;
 /// same seed and request id always give the same sequence, in the worker and in a replay.
 pub fn decision_rng(seed: u64, request_id: &str) -> Rng {
     Rng::new(seed ^ stable_hash64(SHADOW_SALT, request_id.as_bytes()))
-}
-
-/// What a shadow decision reads besides the candidates.
-#[derive(Debug, Clone, Default)]
-pub struct ShadowInputs {
-    /// The tokenized prompt, when a prediction was made.
-    pub prompt: Option<PromptFacts>,
-    /// The rough prompt length used without one.
-    pub approx_tokens: u32,
-    /// The model's routing settings.
-    pub params: BrainParams,
 }
 
 /// The shadow policies' state and decisions, driven by events in log order.

@@ -2,10 +2,10 @@
 //! prefill cost model recovers them within 1%, through the library (an in-process simulator)
 //! and through the binaries (`inferrail-sim --prefill-*-secs`); errors are one line, exit 1.
 
-use inferrail_tools::calibrate::{self, CalibrateOptions};
 use inferrail_sim::engine::LatencyModel;
 use inferrail_sim::server::{SimOptions, SimServer};
 use inferrail_tests::*;
+use inferrail_tools::calibrate::{self, CalibrateOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;

@@ -37,8 +37,7 @@ fn a_killed_engine_is_ejected_fast_under_load_and_readmitted_when_back() {
     // Poll the admin API as fast as it answers until the replica is out of rotation.
     let mut ejected_after = None;
     while kill_at.elapsed() < Duration::from_secs(5) {
-        let r =
-            inferrail_tools::client::call(admin, "GET", "/admin/replicas", &[], None).unwrap();
+        let r = inferrail_tools::client::call(admin, "GET", "/admin/replicas", &[], None).unwrap();
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         if replica(&v, "engine-1").is_some_and(|r| r["ejected"] == true) {
             ejected_after = Some(kill_at.elapsed());

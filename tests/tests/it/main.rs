@@ -11,6 +11,7 @@ mod errors;
 mod fleet;
 mod lifecycle;
 mod live;
+mod module_graph;
 mod observability;
 mod prediction;
 mod retries;
