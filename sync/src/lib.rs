@@ -16,6 +16,8 @@ mod atomic_waker;
 mod block_hash;
 mod demand_sketch;
 mod doorbell;
+#[allow(unsafe_code)] // QueueTicket::try_admit moves its owner out of a ManuallyDrop (SAFETY comment inside)
+mod ledger;
 #[allow(unsafe_code)] // Arc raw-pointer handoff (SAFETY comments inside; loom_mailbox)
 mod mailbox;
 mod padded;
@@ -27,6 +29,7 @@ pub use atomic_waker::AtomicWaker;
 pub use block_hash::BlockHash;
 pub use demand_sketch::DemandSketch;
 pub use doorbell::{Doorbell, Rung};
+pub use ledger::{Admission, LedgerReading, QueueTicket, ReplicaLedger};
 pub use mailbox::Mailbox;
 pub use padded::CachePadded;
 pub use prefill_queue::PrefillQueue;
