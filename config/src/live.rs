@@ -6,7 +6,8 @@
 //! so does the tokenization of a model that stays (`tokenizer`, `block_size`, `chat_template`,
 //! `chat_template_kwargs`): tokenizers are built at start-up. Everything else (models added or
 //! removed, a model's names and policies, replicas, discovery, routing, health, retry, load
-//! scraping, timeouts, body limits, pooling, sampling, logs, logging) may change live.
+//! scraping, timeouts (`first_byte_timeout` and `stream_idle_timeout` included: each request
+//! reads them from its snapshot), body limits, pooling, sampling, logs, logging) may change live.
 
 use crate::schema::{Config, Model};
 
@@ -108,6 +109,8 @@ mod tests {
         new.routing.bounded_load_floor = 1;
         new.replicas.clear();
         new.health.interval *= 2;
+        new.server.first_byte_timeout = Some(std::time::Duration::from_secs(5));
+        new.server.stream_idle_timeout *= 2;
         assert!(old.restart_required(&new).is_empty());
         new.server.cores = Count::Fixed(2);
         new.index.shards = Count::Fixed(4);
