@@ -125,6 +125,9 @@ pub async fn forward(
                     ex.handle(Event::ConnectFailed("no slot".into()), Instant::now());
                     continue;
                 };
+                // A fresh retry after a stale pooled connection: that one goes first.
+                l.upstream = None;
+                l.response = None;
                 let client = Some((&mut watch, &conn.stream));
                 let io = upstream::connect(view, replica, pooled);
                 match race(io, ex.timer(), client, Some(&mut l.left)).await {

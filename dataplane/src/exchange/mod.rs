@@ -144,8 +144,9 @@ pub enum Action<T> {
         /// The deadline.
         until: Instant,
     },
-    /// Open a connection to `replica`: from the idle pool if `pooled` and one is there, else a
-    /// fresh one. Answer with [`Event::Connected`] or [`Event::ConnectFailed`].
+    /// Open a connection to `replica` (dropping the attempt's previous one, if any): from the
+    /// idle pool if `pooled` and one is there, else a fresh one. Answer with
+    /// [`Event::Connected`] or [`Event::ConnectFailed`].
     Connect {
         /// Snapshot index of the replica.
         replica: usize,

@@ -314,7 +314,6 @@ impl<T> Exchange<T> {
             attempt.fresh_retry = true;
             attempt.reused = false;
             self.attempt = Some(attempt);
-            self.actions.push_back(Action::Release);
             return self.connect(replica, false, now);
         }
         self.actions.push_back(Action::Failed {

@@ -363,13 +363,10 @@ fn a_stale_pooled_connection_gets_one_uncounted_fresh_try() {
     let out = r.feed(CLOSED);
     assert_eq!(
         out,
-        vec![
-            Action::Release,
-            Action::Connect {
-                replica: 0,
-                pooled: false
-            }
-        ]
+        vec![Action::Connect {
+            replica: 0,
+            pooled: false
+        }]
     );
     assert_eq!(r.ex.attempts(), 1, "not an attempt");
     assert_eq!(r.connects(), 2);
