@@ -105,7 +105,12 @@ impl Prediction {
     }
 
     /// Records the prompt on the replica an attempt goes to.
-    pub(crate) fn record(&self, ctx: &CoreContext, view: &CoreView, replica: usize) -> Option<RecordTicket> {
+    pub(crate) fn record(
+        &self,
+        ctx: &CoreContext,
+        view: &CoreView,
+        replica: usize,
+    ) -> Option<RecordTicket> {
         let facts = self.facts.as_ref()?;
         let key = view.snap.replicas.get(replica)?.spec.key;
         ctx.predictor.as_ref()?.record(key, facts)

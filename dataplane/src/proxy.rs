@@ -149,7 +149,12 @@ pub async fn forward(
                     ..
                 }) = live.as_mut()
                 else {
-                    ex.handle(Event::EngineClosed { received_any: false }, Instant::now());
+                    ex.handle(
+                        Event::EngineClosed {
+                            received_any: false,
+                        },
+                        Instant::now(),
+                    );
                     continue;
                 };
                 let authority = &snap.replicas[*replica].spec.authority;
@@ -157,9 +162,12 @@ pub async fn forward(
                 let client = Some((&mut watch, &conn.stream));
                 match race(io, ex.timer(), client, Some(left)).await {
                     Raced::Done(true) => ex.handle(Event::RequestWritten, Instant::now()),
-                    Raced::Done(false) => {
-                        ex.handle(Event::EngineClosed { received_any: false }, Instant::now())
-                    }
+                    Raced::Done(false) => ex.handle(
+                        Event::EngineClosed {
+                            received_any: false,
+                        },
+                        Instant::now(),
+                    ),
                     other => feed(&mut ex, other),
                 }
             }
@@ -173,11 +181,23 @@ pub async fn forward(
                     response,
                 }) = live.as_mut()
                 else {
-                    ex.handle(Event::EngineClosed { received_any: false }, Instant::now());
+                    ex.handle(
+                        Event::EngineClosed {
+                            received_any: false,
+                        },
+                        Instant::now(),
+                    );
                     continue;
                 };
                 let client = Some((&mut watch, &conn.stream));
-                match race(upstream::read_head(up, spare), ex.timer(), client, Some(left)).await {
+                match race(
+                    upstream::read_head(up, spare),
+                    ex.timer(),
+                    client,
+                    Some(left),
+                )
+                .await
+                {
                     Raced::Done(Ok(head)) => {
                         slot.head_received();
                         let status = head.head.status;

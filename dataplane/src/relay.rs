@@ -23,7 +23,11 @@ pub(crate) enum Relay {
 impl Relay {
     /// Turns body bytes from the engine into client bytes appended to `out`. Returns whether the
     /// body is complete and how many input bytes belonged to it.
-    pub(crate) fn step(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(bool, usize), String> {
+    pub(crate) fn step(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(bool, usize), String> {
         match self {
             Relay::Length(left) => {
                 let take = (*left).min(input.len() as u64) as usize;
@@ -132,7 +136,6 @@ pub(crate) fn client_head(
     out
 }
 
-
 impl Relay {
     /// How an engine body with `framing` is carried to a client speaking HTTP/1.`client_minor`.
     pub(crate) fn new(framing: BodyFraming, client_minor: u8) -> Relay {
@@ -147,6 +150,7 @@ impl Relay {
 
     /// The client connection must close after this body (its end is the close).
     pub(crate) fn closes_client(&self, client_minor: u8) -> bool {
-        client_minor == 0 && !matches!(self, Relay::Length(_)) || matches!(self, Relay::RawUntilClose)
+        client_minor == 0 && !matches!(self, Relay::Length(_))
+            || matches!(self, Relay::RawUntilClose)
     }
 }

@@ -157,4 +157,3 @@ pub(crate) async fn read_head(
         }
     }
 }
-

@@ -22,10 +22,10 @@
 //! - At most `retry.max_attempts` attempts; every failed attempt takes its index record back and
 //!   reports the replica's failure (passive ejection) unless the failure was not the engine's.
 
-mod rules;
-mod state;
 #[cfg(test)]
 mod props;
+mod rules;
+mod state;
 #[cfg(test)]
 mod tests;
 

@@ -135,7 +135,11 @@ fn reference(case: &Case) -> (End, Vec<usize>) {
                 alive[r] = false;
                 strikes += 1;
                 // Through a pooled connection it looks stale; its fresh retry cannot connect.
-                Some(if used_pool { Kind::Connect } else { Kind::Closed })
+                Some(if used_pool {
+                    Kind::Connect
+                } else {
+                    Kind::Closed
+                })
             }
             Engine::Dies => Some(Kind::Connect),
             Engine::Hangs => {
@@ -207,7 +211,10 @@ fn simulate(case: &Case) -> Result<(End, Vec<usize>), TestCaseError> {
                     ticket: Some(attempt),
                 })
             }
-            Action::Connect { replica, pooled: may_pool } => {
+            Action::Connect {
+                replica,
+                pooled: may_pool,
+            } => {
                 prop_assert!(!committed && now < deadline);
                 if may_pool && std::mem::take(&mut pooled[replica]) {
                     conn = Some((replica, true));

@@ -139,11 +139,7 @@ impl<T> Exchange<T> {
         match (self.state, event) {
             (State::Done, _) => {}
             (_, Event::ClientLeft) => self.client_left(),
-            (_, Event::TimerFired(timer)) => {
-                if self.timer_due(timer, now) {
-                    self.fire(timer, now);
-                }
-            }
+            (_, Event::TimerFired(timer)) if self.timer_due(timer, now) => self.fire(timer, now),
             (State::Routing, Event::Routed { replica, ticket }) => {
                 self.attempts += 1;
                 self.tried.push(replica);
@@ -236,13 +232,11 @@ impl<T> Exchange<T> {
             (Timer::Connect, State::Connecting { since }) => {
                 Some(since + self.limits.connect_timeout)
             }
-            (
-                Timer::FirstByte,
-                State::Connecting { .. } | State::Sending | State::AwaitingHead,
-            ) => self
-                .attempt
-                .as_ref()
-                .map(|a| a.started + self.limits.first_byte_timeout),
+            (Timer::FirstByte, State::Connecting { .. } | State::Sending | State::AwaitingHead) => {
+                self.attempt
+                    .as_ref()
+                    .map(|a| a.started + self.limits.first_byte_timeout)
+            }
             (Timer::Backoff, State::BackingOff { until }) => Some(until),
             (Timer::Stall, State::Relaying { last, .. }) => {
                 Some(last + self.limits.stream_idle_timeout)
@@ -258,11 +252,13 @@ impl<T> Exchange<T> {
                 self.refuse(Failure::WaitedForSlot)
             }
             (Timer::Deadline, State::BackingOff { .. }) => self.give_up(),
-            (Timer::Deadline, State::Relaying { writing, .. }) => self.end_relay(Some(if writing {
-                Failure::ClientGone
-            } else {
-                Failure::Deadline
-            })),
+            (Timer::Deadline, State::Relaying { writing, .. }) => {
+                self.end_relay(Some(if writing {
+                    Failure::ClientGone
+                } else {
+                    Failure::Deadline
+                }))
+            }
             (Timer::Deadline, _) => self.attempt_failed(Failure::Deadline, now),
             (Timer::Connect, _) => self.attempt_failed(Failure::ConnectTimeout, now),
             (Timer::FirstByte, _) => self.attempt_failed(Failure::FirstByteTimeout, now),
@@ -285,8 +281,7 @@ impl<T> Exchange<T> {
 
     fn connect(&mut self, replica: usize, pooled: bool, now: Instant) {
         self.state = State::Connecting { since: now };
-        self.actions
-            .push_back(Action::Connect { replica, pooled });
+        self.actions.push_back(Action::Connect { replica, pooled });
     }
 
     fn no_candidate(&mut self, why: NoCandidate, can_wait: bool) {
@@ -321,15 +316,16 @@ impl<T> Exchange<T> {
             failure: failure.clone(),
         });
         if failure.counts_against_replica() {
-            self.actions.push_back(Action::Report { replica, ok: false });
+            self.actions
+                .push_back(Action::Report { replica, ok: false });
         }
         if let Some(ticket) = attempt.ticket.take() {
             self.actions.push_back(Action::TakeBack(ticket));
         }
         self.actions.push_back(Action::Release);
         // A stale-looking close whose fresh retry cannot even connect was the engine dying.
-        let died_behind_the_pool = attempt.fresh_retry
-            && matches!(failure, Failure::Connect(_) | Failure::ConnectTimeout);
+        let died_behind_the_pool =
+            attempt.fresh_retry && matches!(failure, Failure::Connect(_) | Failure::ConnectTimeout);
         if failure.died_on_request() || died_behind_the_pool {
             self.strikes += 1;
             if self.strikes >= POISON_STRIKES {

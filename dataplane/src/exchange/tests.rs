@@ -401,7 +401,10 @@ fn a_request_two_engines_died_on_is_refused_as_poison() {
     let mut r = Run::new(5);
     r.sent(0, false);
     let out = r.feed(CLOSED);
-    assert!(matches!(out.last(), Some(Action::BackOff { .. })), "{out:?}");
+    assert!(
+        matches!(out.last(), Some(Action::BackOff { .. })),
+        "{out:?}"
+    );
     r.fire_next();
     r.sent(1, false);
     let out = r.feed(CLOSED);
@@ -511,7 +514,10 @@ fn the_first_byte_timer_runs_per_attempt_and_never_past_the_deadline() {
     });
     r.sent(0, false);
     let (timer, _) = r.fire_next();
-    assert_eq!((timer, r.now), (Timer::FirstByte, r.t0 + Duration::from_secs(6)));
+    assert_eq!(
+        (timer, r.now),
+        (Timer::FirstByte, r.t0 + Duration::from_secs(6))
+    );
     r.fire_next(); // backoff
     let start = r.now;
     r.sent(1, false);

@@ -80,13 +80,20 @@ fn an_engine_that_hangs_after_the_head_is_cut_at_the_stall_timeout() {
     let (took, complete, _) = stream_until_cut(&gw);
     assert!(!complete);
     assert!(took >= Duration::from_millis(450), "{took:?}");
-    assert!(took < Duration::from_secs(5), "cut long before 30 s: {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "cut long before 30 s: {took:?}"
+    );
     assert!(wait_until(Duration::from_secs(5), || e[0]
         .stats()
         .client_disconnects
         >= 1));
     assert_eq!(upstream_timeouts(&gw), Some(1.0));
-    assert_eq!(e[0].stats().requests, 1, "a started response is never retried");
+    assert_eq!(
+        e[0].stats().requests,
+        1,
+        "a started response is never retried"
+    );
 }
 
 fn assert_poison(r: &inferrail_control::client::Response, gw: &TestGateway) {
@@ -139,7 +146,12 @@ fn pooled_connections_do_not_hide_a_poison_request() {
     let mut c = connect(gw.addr);
     for _ in 0..3 {
         let r = c
-            .call("POST", "/v1/chat/completions", &[], Some(&chat(MODEL, false)))
+            .call(
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                Some(&chat(MODEL, false)),
+            )
             .unwrap();
         assert_eq!(r.status, 200);
     }
@@ -149,7 +161,12 @@ fn pooled_connections_do_not_hide_a_poison_request() {
         x.set_behavior(EngineBehavior::CloseBeforeResponse);
     }
     let r = c
-        .call("POST", "/v1/chat/completions", &[], Some(&chat(MODEL, false)))
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(&chat(MODEL, false)),
+        )
         .unwrap();
     assert_poison(&r, &gw);
     let seen: Vec<u64> = e
