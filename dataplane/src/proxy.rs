@@ -84,14 +84,8 @@ pub async fn forward(
     conn: &mut ClientConn,
     req: ProxyRequest,
 ) -> bool {
-    let snap = &view.snap;
-    let settings = &snap.settings;
-    let recorder = &view.recorder;
-    let common = upstream::upstream_headers(&req.head, &req.request_id);
-    let mut watch = ClientWatch::new(conn.buffered().is_empty());
-    let close_client = req.head.close || ctx.shutdown.is_triggered();
-    let prediction = Prediction::make(ctx, view, &req).await;
-    let mut ex: Exchange<RecordTicket> = Exchange::new(Limits {
+    let settings = &view.snap.settings;
+    let ex = Exchange::new(Limits {
         deadline: req.deadline,
         max_attempts: settings.max_attempts,
         backoff: settings.backoff,
@@ -100,164 +94,231 @@ pub async fn forward(
         first_byte_timeout: settings.first_byte_timeout,
         stream_idle_timeout: settings.stream_idle_timeout,
     });
-    let mut live: Option<Live> = None;
-    let mut answer: Option<Vec<u8>> = None;
-    let mut committed = false;
-    let mut keep_client = false;
-    loop {
-        let Some(action) = ex.poll_action() else {
-            if ex.is_done() {
-                break;
+    let driver = Driver {
+        ctx,
+        view,
+        common: upstream::upstream_headers(&req.head, &req.request_id),
+        watch: ClientWatch::new(conn.buffered().is_empty()),
+        close_client: req.head.close || ctx.shutdown.is_triggered(),
+        prediction: Prediction::make(ctx, view, &req).await,
+        conn,
+        req: &req,
+        ex,
+        live: None,
+        answer: None,
+        committed: false,
+        keep_client: false,
+    };
+    driver.run().await
+}
+
+/// One request's exchange and the I/O around it.
+struct Driver<'a> {
+    ctx: &'a CoreContext,
+    view: &'a CoreView,
+    conn: &'a mut ClientConn,
+    req: &'a ProxyRequest,
+    prediction: Prediction,
+    /// The client's headers as sent upstream.
+    common: Vec<u8>,
+    watch: ClientWatch,
+    /// The client connection closes after this request.
+    close_client: bool,
+    ex: Exchange<RecordTicket>,
+    live: Option<Live>,
+    /// The error answer to send once the exchange finished.
+    answer: Option<Vec<u8>>,
+    /// A response was committed to the client.
+    committed: bool,
+    /// The relayed response left the client connection reusable.
+    keep_client: bool,
+}
+
+impl Driver<'_> {
+    /// Performs the exchange's actions until it finishes; returns whether the client connection
+    /// may be reused.
+    async fn run(mut self) -> bool {
+        loop {
+            let Some(action) = self.ex.poll_action() else {
+                if self.ex.is_done() {
+                    break;
+                }
+                // Backing off (or waiting for a slot): until the next timer or the client leaving.
+                let client = Some((&mut self.watch, &self.conn.stream));
+                let raced = race(pending::<()>(), self.ex.timer(), client, None).await;
+                feed(&mut self.ex, raced);
+                continue;
+            };
+            match action {
+                Action::Route { attempt } => {
+                    let (ctx, view, req) = (self.ctx, self.view, self.req);
+                    self.live = route(ctx, view, req, &self.prediction, &mut self.ex, attempt);
+                }
+                Action::WaitForSlot { .. } | Action::BackOff { .. } => {}
+                Action::Connect { replica, pooled } => self.connect(replica, pooled).await,
+                Action::Send => self.send().await,
+                Action::ReadHead => self.read_head().await,
+                Action::Relay { status } => self.relay(status).await,
+                other => self.account(other),
             }
-            // Backing off (or waiting for a slot): until the next timer or the client leaving.
-            let (timer, client) = (ex.timer(), Some((&mut watch, &conn.stream)));
-            let raced = race(pending::<()>(), timer, client, None).await;
-            feed(&mut ex, raced);
-            continue;
+        }
+        match self.answer {
+            Some(bytes) => self.conn.send(bytes).await && !self.close_client,
+            None => self.keep_client,
+        }
+    }
+
+    /// Opens the attempt's connection.
+    async fn connect(&mut self, replica: usize, pooled: bool) {
+        let Some(l) = self.live.as_mut() else {
+            return self
+                .ex
+                .handle(Event::ConnectFailed("no slot".into()), Instant::now());
         };
+        // A fresh retry after a stale pooled connection: that one goes first.
+        l.upstream = None;
+        l.response = None;
+        let client = Some((&mut self.watch, &self.conn.stream));
+        let io = upstream::connect(self.view, replica, pooled);
+        match race(io, self.ex.timer(), client, Some(&mut l.left)).await {
+            Raced::Done(Ok((stream, reused))) => {
+                l.upstream = Some(stream);
+                self.ex.handle(Event::Connected { reused }, Instant::now());
+            }
+            Raced::Done(Err(e)) => {
+                let event = Event::ConnectFailed(e.to_string());
+                self.ex.handle(event, Instant::now())
+            }
+            other => feed(&mut self.ex, other),
+        }
+    }
+
+    /// Writes the request on the attempt's connection.
+    async fn send(&mut self) {
+        let closed = Event::EngineClosed {
+            received_any: false,
+        };
+        let Some(Live {
+            replica,
+            left,
+            upstream: Some(up),
+            ..
+        }) = self.live.as_mut()
+        else {
+            return self.ex.handle(closed, Instant::now());
+        };
+        let req = self.req;
+        let authority = &self.view.snap.replicas[*replica].spec.authority;
+        let io = upstream::send(up, &req.head, &self.common, authority, &req.body);
+        let client = Some((&mut self.watch, &self.conn.stream));
+        match race(io, self.ex.timer(), client, Some(left)).await {
+            Raced::Done(true) => self.ex.handle(Event::RequestWritten, Instant::now()),
+            Raced::Done(false) => self.ex.handle(closed, Instant::now()),
+            other => feed(&mut self.ex, other),
+        }
+    }
+
+    /// Reads the response head and prepares the client bytes for a commit.
+    async fn read_head(&mut self) {
+        let spare = self.conn.take_spare();
+        let Some(Live {
+            replica,
+            slot,
+            left,
+            upstream: Some(up),
+            response,
+        }) = self.live.as_mut()
+        else {
+            let closed = Event::EngineClosed {
+                received_any: false,
+            };
+            return self.ex.handle(closed, Instant::now());
+        };
+        let client = Some((&mut self.watch, &self.conn.stream));
+        let raced = race(
+            upstream::read_head(up, spare),
+            self.ex.timer(),
+            client,
+            Some(left),
+        )
+        .await;
+        let event = match raced {
+            Raced::Done(Ok(head)) => {
+                slot.head_received();
+                let status = head.head.status;
+                let (req, view) = (self.req, self.view);
+                let predicted = self.prediction.header(*replica);
+                let extras = HeadExtras {
+                    policy: view.arm_policy(req.model, req.arm).as_str(),
+                    prompt_tokens: predicted.map(|p| p.0),
+                    cached_tokens: predicted.and_then(|p| p.1),
+                };
+                let close = self.close_client || self.ctx.shutdown.is_triggered();
+                let id = &view.snap.replicas[*replica].spec.id;
+                match prepare(req, id, head, &extras, close) {
+                    Ok(r) => {
+                        *response = Some(r);
+                        Event::Head { status }
+                    }
+                    Err(e) => Event::Protocol(e),
+                }
+            }
+            Raced::Done(Err(HeadError::Closed { received_any })) => {
+                Event::EngineClosed { received_any }
+            }
+            Raced::Done(Err(HeadError::Protocol(e))) => Event::Protocol(e),
+            other => return feed(&mut self.ex, other),
+        };
+        self.ex.handle(event, Instant::now());
+    }
+
+    /// Relays the committed response.
+    async fn relay(&mut self, status: u16) {
+        self.committed = true;
+        if let Some(l) = self.live.take() {
+            if status < 400 {
+                self.prediction.routed(self.ctx, l.replica);
+            }
+            let (view, req) = (self.view, self.req);
+            self.keep_client = relay(view, self.conn, req, &mut self.ex, l, &mut self.watch).await;
+        }
+    }
+
+    /// The bookkeeping actions: metrics, ejection reports, index records, the error answer.
+    fn account(&mut self, action: Action<RecordTicket>) {
+        let (ctx, view, req) = (self.ctx, self.view, self.req);
+        let snap = &view.snap;
         match action {
-            Action::Route { attempt } => {
-                live = route(ctx, view, &req, &prediction, &mut ex, attempt);
-            }
-            Action::WaitForSlot { .. } | Action::BackOff { .. } => {}
-            Action::Connect { replica, pooled } => {
-                let Some(l) = live.as_mut() else {
-                    ex.handle(Event::ConnectFailed("no slot".into()), Instant::now());
-                    continue;
-                };
-                // A fresh retry after a stale pooled connection: that one goes first.
-                l.upstream = None;
-                l.response = None;
-                let client = Some((&mut watch, &conn.stream));
-                let io = upstream::connect(view, replica, pooled);
-                match race(io, ex.timer(), client, Some(&mut l.left)).await {
-                    Raced::Done(Ok((stream, reused))) => {
-                        l.upstream = Some(stream);
-                        ex.handle(Event::Connected { reused }, Instant::now());
-                    }
-                    Raced::Done(Err(e)) => {
-                        ex.handle(Event::ConnectFailed(e.to_string()), Instant::now())
-                    }
-                    other => feed(&mut ex, other),
-                }
-            }
-            Action::Send => {
-                let Some(Live {
-                    replica,
-                    left,
-                    upstream: Some(up),
-                    ..
-                }) = live.as_mut()
-                else {
-                    ex.handle(
-                        Event::EngineClosed {
-                            received_any: false,
-                        },
-                        Instant::now(),
-                    );
-                    continue;
-                };
-                let authority = &snap.replicas[*replica].spec.authority;
-                let io = upstream::send(up, &req.head, &common, authority, &req.body);
-                let client = Some((&mut watch, &conn.stream));
-                match race(io, ex.timer(), client, Some(left)).await {
-                    Raced::Done(true) => ex.handle(Event::RequestWritten, Instant::now()),
-                    Raced::Done(false) => ex.handle(
-                        Event::EngineClosed {
-                            received_any: false,
-                        },
-                        Instant::now(),
-                    ),
-                    other => feed(&mut ex, other),
-                }
-            }
-            Action::ReadHead => {
-                let spare = conn.take_spare();
-                let Some(Live {
-                    replica,
-                    slot,
-                    left,
-                    upstream: Some(up),
-                    response,
-                }) = live.as_mut()
-                else {
-                    ex.handle(
-                        Event::EngineClosed {
-                            received_any: false,
-                        },
-                        Instant::now(),
-                    );
-                    continue;
-                };
-                let client = Some((&mut watch, &conn.stream));
-                match race(
-                    upstream::read_head(up, spare),
-                    ex.timer(),
-                    client,
-                    Some(left),
-                )
-                .await
-                {
-                    Raced::Done(Ok(head)) => {
-                        slot.head_received();
-                        let status = head.head.status;
-                        let extras = HeadExtras {
-                            policy: view.arm_policy(req.model, req.arm).as_str(),
-                            prompt_tokens: prediction.header(*replica).map(|p| p.0),
-                            cached_tokens: prediction.header(*replica).and_then(|p| p.1),
-                        };
-                        let close = close_client || ctx.shutdown.is_triggered();
-                        let id = &snap.replicas[*replica].spec.id;
-                        match prepare(&req, id, head, &extras, close) {
-                            Ok(r) => {
-                                *response = Some(r);
-                                ex.handle(Event::Head { status }, Instant::now());
-                            }
-                            Err(e) => ex.handle(Event::Protocol(e), Instant::now()),
-                        }
-                    }
-                    Raced::Done(Err(HeadError::Closed { received_any })) => {
-                        ex.handle(Event::EngineClosed { received_any }, Instant::now())
-                    }
-                    Raced::Done(Err(HeadError::Protocol(e))) => {
-                        ex.handle(Event::Protocol(e), Instant::now())
-                    }
-                    other => feed(&mut ex, other),
-                }
-            }
-            Action::Relay { status } => {
-                committed = true;
-                if let Some(l) = live.take() {
-                    if status < 400 {
-                        prediction.routed(ctx, l.replica);
-                    }
-                    keep_client = relay(view, conn, &req, &mut ex, l, &mut watch).await;
-                }
-            }
-            Action::Failed { failure, .. } => recorder.error(failure.reason()),
+            Action::Failed { failure, .. } => view.recorder.error(failure.reason()),
             Action::Report { replica, ok } => ctx.report(view, replica, ok),
-            Action::TakeBack(ticket) => prediction.take_back(ctx, Some(ticket)),
-            Action::Release => live = None,
+            Action::TakeBack(ticket) => self.prediction.take_back(ctx, Some(ticket)),
+            Action::Release => self.live = None,
             Action::Answer { failure, replica } => {
                 let id = replica
                     .and_then(|r| snap.replicas.get(r))
                     .map_or("?", |r| r.id());
                 let (kind, msg) = failure.client_error(&snap.models[req.model].name, id);
                 let refusal = Refusal::new(kind, failure.reason(), msg);
-                answer = Some(refusal.response(&req.request_id, false, close_client));
+                let bytes = refusal.response(&req.request_id, false, self.close_client);
+                self.answer = Some(bytes);
             }
             Action::Finish { outcome, replica } => {
-                recorder.request(Some(req.model), replica, outcome);
+                view.recorder.request(Some(req.model), replica, outcome);
                 // A client that left before the commit was never answered: no duration.
-                if committed || outcome != Outcome::ClientClosed {
-                    recorder.duration(Some(req.model), req.started.elapsed());
+                if self.committed || outcome != Outcome::ClientClosed {
+                    view.recorder
+                        .duration(Some(req.model), req.started.elapsed());
                 }
             }
+            // The I/O actions are `run`'s.
+            Action::Route { .. }
+            | Action::WaitForSlot { .. }
+            | Action::Connect { .. }
+            | Action::Send
+            | Action::ReadHead
+            | Action::Relay { .. }
+            | Action::BackOff { .. } => {}
         }
-    }
-    match answer {
-        Some(bytes) => conn.send(bytes).await && !close_client,
-        None => keep_client,
     }
 }
 
