@@ -252,13 +252,8 @@ impl<T> Exchange<T> {
                 self.refuse(Failure::WaitedForSlot)
             }
             (Timer::Deadline, State::BackingOff { .. }) => self.give_up(),
-            (Timer::Deadline, State::Relaying { writing, .. }) => {
-                self.end_relay(Some(if writing {
-                    Failure::ClientGone
-                } else {
-                    Failure::Deadline
-                }))
-            }
+            // The request ran out of time, whichever side was slow: nobody's failure to report.
+            (Timer::Deadline, State::Relaying { .. }) => self.end_relay(Some(Failure::Deadline)),
             (Timer::Deadline, _) => self.attempt_failed(Failure::Deadline, now),
             (Timer::Connect, _) => self.attempt_failed(Failure::ConnectTimeout, now),
             (Timer::FirstByte, _) => self.attempt_failed(Failure::FirstByteTimeout, now),
@@ -424,7 +419,12 @@ impl<T> Exchange<T> {
             Some(_) => Outcome::Failed,
         };
         if let Some(failure) = cut {
-            let ok = served && !failure.counts_against_replica();
+            // Mid-response only a silent, closing or garbled engine is the engine's failure.
+            let engine_failed = matches!(
+                failure,
+                Failure::Stalled | Failure::EngineClosed { .. } | Failure::Protocol(_)
+            );
+            let ok = served && !engine_failed;
             self.actions.push_back(Action::Failed {
                 replica: Some(replica),
                 failure,

@@ -469,6 +469,13 @@ fn the_stream_has_one_deadline_however_often_it_moves() {
         replica: Some(0),
         failure: Failure::Deadline
     }));
+    assert!(
+        out.contains(&Action::Report {
+            replica: 0,
+            ok: true
+        }),
+        "a long stream is not the replica's failure"
+    );
     assert_eq!(r.finish(), Some(Outcome::Failed));
 }
 
