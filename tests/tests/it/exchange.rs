@@ -180,3 +180,41 @@ fn pooled_connections_do_not_hide_a_poison_request() {
         "the third engine never sees it: {seen:?}"
     );
 }
+
+#[test]
+fn a_fleet_out_of_rotation_is_refused_as_such_not_as_full() {
+    let e = engines(2, EngineBehavior::Refuse);
+    let gw = TestGateway::start(&config_yaml(
+        &e,
+        "round_robin",
+        "",
+        "health:\n  interval: 50ms\n  timeout: 40ms\n  unhealthy_threshold: 1\nretry:\n  max_attempts: 2\n  backoff: 1ms\n",
+    ));
+    // Until the health checks take both out, requests fail on connect (502).
+    let mut refusal = None;
+    assert!(wait_until(Duration::from_secs(5), || {
+        let r = post_chat(gw.addr, &chat(MODEL, false));
+        let out = r.status == 503;
+        refusal = out.then_some(r);
+        out
+    }));
+    let r = refusal.unwrap();
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("out of rotation"), "{msg}");
+    assert!(!msg.contains("concurrency limit"), "{msg}");
+    let text = gw.metrics();
+    assert!(
+        metric(
+            &text,
+            "inferrail_errors_total{reason=\"no_replica_in_rotation\"}"
+        )
+        .unwrap()
+            >= 1.0
+    );
+    assert_eq!(
+        metric(&text, "inferrail_errors_total{reason=\"fleet_full\"}"),
+        Some(0.0)
+    );
+}
