@@ -40,6 +40,8 @@ const SERVER_KEYS: &[&str] = &[
     "admin_listen",
     "cores",
     "request_timeout",
+    "first_byte_timeout",
+    "stream_idle_timeout",
     "header_read_timeout",
     "shutdown_timeout",
     "max_body_bytes",
@@ -199,6 +201,13 @@ impl Decoder {
             admin_listen: self.or(&f, "admin_listen", def.admin_listen, Self::socket_addr),
             cores: self.or(&f, "cores", def.cores, Self::count),
             request_timeout: self.or(&f, "request_timeout", def.request_timeout, positive),
+            first_byte_timeout: self.optional(&f, "first_byte_timeout", positive),
+            stream_idle_timeout: self.or(
+                &f,
+                "stream_idle_timeout",
+                def.stream_idle_timeout,
+                positive,
+            ),
             header_read_timeout: self.or(
                 &f,
                 "header_read_timeout",
@@ -667,7 +676,7 @@ observability:
         );
         assert_eq!(
             one_err(&minimal_with("server: {listn: 1}\n")),
-            "server.listn: unknown key; expected one of: listen, admin_listen, cores, request_timeout, header_read_timeout, shutdown_timeout, max_body_bytes, reload_interval, connect_timeout, pool_idle_timeout, pool_max_idle"
+            "server.listn: unknown key; expected one of: listen, admin_listen, cores, request_timeout, first_byte_timeout, stream_idle_timeout, header_read_timeout, shutdown_timeout, max_body_bytes, reload_interval, connect_timeout, pool_idle_timeout, pool_max_idle"
         );
         assert_eq!(
             one_err(&minimal_with("logging: {log_prompt: true}\n")),

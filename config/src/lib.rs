@@ -164,6 +164,9 @@ mod tests {
         );
         assert_eq!(server.cores, Count::Auto);
         assert_eq!(server.request_timeout, Duration::from_secs(600));
+        assert_eq!(server.first_byte_timeout, None);
+        assert_eq!(server.first_byte_timeout(), Duration::from_secs(600));
+        assert_eq!(server.stream_idle_timeout, Duration::from_secs(60));
         assert_eq!(server.header_read_timeout, Duration::from_secs(30));
         assert_eq!(server.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(server.max_body_bytes, 33_554_432);
@@ -269,6 +272,8 @@ mod tests {
             "admin_listen:",
             "cores:",
             "request_timeout:",
+            "first_byte_timeout:",
+            "stream_idle_timeout:",
             "header_read_timeout:",
             "shutdown_timeout:",
             "max_body_bytes:",
@@ -500,7 +505,7 @@ health: {interval: 1s, timeout: 2s}
         assert_eq!(
             errs(text),
             [
-                "server.listn: unknown key; expected one of: listen, admin_listen, cores, request_timeout, header_read_timeout, shutdown_timeout, max_body_bytes, reload_interval, connect_timeout, pool_idle_timeout, pool_max_idle",
+                "server.listn: unknown key; expected one of: listen, admin_listen, cores, request_timeout, first_byte_timeout, stream_idle_timeout, header_read_timeout, shutdown_timeout, max_body_bytes, reload_interval, connect_timeout, pool_idle_timeout, pool_max_idle",
                 "server.request_timeout: expected a duration like \"500ms\", \"2s\" or \"1m\" (got \"soon\")",
                 "models[0].policy: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
                 "replicas[0].url: must start with http:// (got \"ftp://x\")",

@@ -16,7 +16,8 @@
 //!   predictions), and a model removed and added back keeps the tokenization it started with.
 //! - **Live** (everything else): models added or removed (without a tokenizer), a model's
 //!   names, policy, split, shadow and cost model, replicas, discovery, the rest of `routing`,
-//!   health, retry, load scraping, the other `server` timeouts, body limits and pooling,
+//!   health, retry, load scraping, the other `server` timeouts (`first_byte_timeout` and `stream_idle_timeout`
+//!   included), body limits and pooling,
 //!   `tokenizer.max_wait` and `tokenizer.inline_max_bytes` (each request reads them from the
 //!   snapshot it routes with), the decision log's sample rate and `logging`.
 
@@ -275,6 +276,8 @@ mod tests {
         new.routing.bounded_load_floor = 1;
         new.replicas.clear();
         new.health.interval *= 2;
+        new.server.first_byte_timeout = Some(std::time::Duration::from_secs(5));
+        new.server.stream_idle_timeout *= 2;
         assert!(old.restart_required(&new).is_empty());
         new.server.cores = Count::Fixed(2);
         new.index.shards = Count::Fixed(4);

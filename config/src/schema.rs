@@ -60,8 +60,21 @@ pub struct Server {
     pub admin_listen: SocketAddr,
     /// Data cores: `auto` (every available core) or a fixed number.
     pub cores: Count,
-    /// Whole-request deadline. Default 600s, > 0.
+    /// Whole-request deadline, from the request head to the last response byte, streaming
+    /// included. Default 600s, > 0.
     pub request_timeout: Duration,
+    /// Longest wait for an engine's response head, per attempt (a timeout moves the request to
+    /// another attempt while the deadline allows). `None` (the default): `request_timeout`.
+    /// The default is not shorter because a non-streaming response sends its head only when the
+    /// whole completion is generated, so any fixed bound would cut (and retry, doubling the
+    /// load) long generations; set it to the longest non-streaming generation you serve to have
+    /// hung engines retried sooner. > 0 and at most `request_timeout`.
+    pub first_byte_timeout: Option<Duration>,
+    /// Longest silence mid-response (the engine sending nothing, or the client reading nothing)
+    /// before the response is cut. Default 60s, like nginx's `proxy_read_timeout`: after its head
+    /// a streaming engine stays silent while the request queues and its prompt is prefilled,
+    /// which takes tens of seconds on a loaded engine with a long prompt. > 0.
+    pub stream_idle_timeout: Duration,
     /// Deadline for a client's request head. Default 30s, > 0.
     pub header_read_timeout: Duration,
     /// Grace period for in-flight requests on shutdown. Default 30s.
@@ -79,6 +92,14 @@ pub struct Server {
     pub pool_max_idle: usize,
 }
 
+impl Server {
+    /// The per-attempt response-head timeout in effect: `first_byte_timeout`, else
+    /// `request_timeout`.
+    pub fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout.unwrap_or(self.request_timeout)
+    }
+}
+
 impl Default for Server {
     fn default() -> Self {
         Server {
@@ -86,6 +107,8 @@ impl Default for Server {
             admin_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 9090)),
             cores: Count::Auto,
             request_timeout: Duration::from_secs(600),
+            first_byte_timeout: None,
+            stream_idle_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
             max_body_bytes: 32 * 1024 * 1024,

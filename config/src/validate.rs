@@ -270,6 +270,15 @@ impl Validator<'_> {
     fn ordered_pairs(&mut self) {
         let health = &self.config.health;
         let retry = &self.config.retry;
+        let server = &self.config.server;
+        if let Some(first_byte) = server.first_byte_timeout {
+            self.at_most(
+                "server.first_byte_timeout",
+                first_byte,
+                "server.request_timeout",
+                server.request_timeout,
+            );
+        }
         self.less_than(
             "health.timeout",
             health.timeout,
@@ -301,6 +310,17 @@ impl Validator<'_> {
         }
     }
 
+    fn at_most(&mut self, path: &str, value: Duration, other_path: &str, other: Duration) {
+        if value > other && self.decoded(path) && self.decoded(other_path) {
+            let message = format!(
+                "must be at most {other_path} ({}) (got {})",
+                format_duration(other),
+                format_duration(value)
+            );
+            self.problem(path, message);
+        }
+    }
+
     fn at_least(&mut self, path: &str, value: Duration, other_path: &str, other: Duration) {
         if value < other && self.decoded(path) && self.decoded(other_path) {
             let message = format!(
@@ -316,6 +336,7 @@ impl Validator<'_> {
 #[cfg(test)]
 mod tests {
     use crate::testing::{errs, minimal_with, ok, one_err};
+    use std::time::Duration;
 
     #[test]
     fn model_names_are_unique() {
@@ -465,6 +486,31 @@ routing:
                 "models[1].split.foo: unknown policy \"foo\"; expected one of: round_robin, random, least_request, p2c, prefix_hash, kv_aware, cost_model",
                 "routing.split: percentages must add up to 100 (got 10)",
             ]
+        );
+    }
+
+    #[test]
+    fn first_byte_timeout_is_at_most_the_request_timeout() {
+        assert_eq!(
+            one_err(&minimal_with(
+                "server: {request_timeout: 5s, first_byte_timeout: 6s}\n"
+            )),
+            "server.first_byte_timeout: must be at most server.request_timeout (5s) (got 6s)"
+        );
+        let c = ok(&minimal_with(
+            "server: {request_timeout: 5s, first_byte_timeout: 5s, stream_idle_timeout: 1s}\n",
+        ));
+        assert_eq!(c.server.first_byte_timeout(), Duration::from_secs(5));
+        assert_eq!(c.server.stream_idle_timeout, Duration::from_secs(1));
+        // Unset, it follows request_timeout, however short.
+        let c = ok(&minimal_with("server: {request_timeout: 300ms}\n"));
+        assert_eq!(c.server.first_byte_timeout(), Duration::from_millis(300));
+        assert_eq!(
+            errs(&minimal_with(
+                "server: {first_byte_timeout: 0, stream_idle_timeout: 0}\n",
+            ))
+            .len(),
+            2
         );
     }
 

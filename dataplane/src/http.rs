@@ -551,7 +551,7 @@ async fn prepare(
     };
     Ok(Prepared::Proxy(ProxyRequest {
         head,
-        body,
+        body: body.into(),
         model,
         arm,
         sampled,

@@ -14,6 +14,7 @@ pub mod core_stats;
 pub mod cores;
 pub mod doorbell;
 pub mod errors;
+pub mod exchange;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
@@ -21,12 +22,15 @@ pub mod observe;
 pub mod offers;
 pub mod pool;
 pub mod predict;
+mod prediction;
 pub mod proxy;
+mod relay;
 pub mod reports;
 pub mod shutdown;
 pub mod snapshot;
 #[allow(unsafe_code)] // recv(MSG_PEEK) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
+mod upstream;
 
 pub use cores::{driver_name, start_cores, CoreOptions, CoreSet, StartError};
 pub use shutdown::ShutdownSignal;

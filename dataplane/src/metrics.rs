@@ -91,10 +91,14 @@ pub enum ErrorReason {
     ClientDisconnected,
     /// The replica left rotation while the request waited for its response head.
     ReplicaLeftRotation,
+    /// No replica of the model is in rotation (every one unhealthy or ejected, or none at all).
+    NoReplicaInRotation,
+    /// Two engines closed the connection after reading the request: refused, not retried.
+    PoisonRequest,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 14] = [
+    const ALL: [ErrorReason; 16] = [
         ErrorReason::BadRequest,
         ErrorReason::UnknownModel,
         ErrorReason::NotFound,
@@ -109,6 +113,8 @@ impl ErrorReason {
         ErrorReason::UpstreamProtocol,
         ErrorReason::ClientDisconnected,
         ErrorReason::ReplicaLeftRotation,
+        ErrorReason::NoReplicaInRotation,
+        ErrorReason::PoisonRequest,
     ];
 
     /// The label value.
@@ -128,6 +134,8 @@ impl ErrorReason {
             ErrorReason::UpstreamProtocol => "upstream_protocol",
             ErrorReason::ClientDisconnected => "client_disconnected",
             ErrorReason::ReplicaLeftRotation => "replica_left_rotation",
+            ErrorReason::NoReplicaInRotation => "no_replica_in_rotation",
+            ErrorReason::PoisonRequest => "poison_request",
         }
     }
 }

@@ -1,40 +1,35 @@
-//! Proxying one completion request: choose a replica, send the request, relay the response frame
-//! by frame, retry on the failures that allow it, and stop the engine when the client leaves.
+//! Proxying one completion request: the driver of its [`Exchange`]. It routes, connects, writes,
+//! reads the response head and relays the body as the exchange's actions say, racing each step
+//! against the exchange's next timer (whole-request deadline, connect, first byte, backoff,
+//! stall), the client leaving and the replica leaving rotation, and feeds back what happened.
+//! Every retry rule is the exchange's; none is here.
 
-use crate::core_state::{CoreContext, CoreView, ReplicaSlot};
-use crate::errors::AttemptError;
+use crate::core_state::{CoreContext, CoreView, LeftRotation, ReplicaSlot};
+use crate::errors::NoCandidate;
+use crate::exchange::{Action, Event, Exchange, Limits, Timer};
 use crate::http::{read_more, ClientConn, Refusal};
-use crate::metrics::{ErrorReason, Outcome};
-use crate::observe::{DecisionRecord, ShadowJob};
-use crate::predict::{Budget, PromptFacts};
+use crate::metrics::Outcome;
+use crate::prediction::{observe_decision, Prediction};
+use crate::relay::{client_head, HeadExtras, Relay};
 use crate::sockets::ClientWatch;
-use inferrail_routing::Candidate;
-use inferrail_routing::FleetFacts;
-use inferrail_routing::{brain, BrainParams, RouteInput};
+use crate::upstream::{self, HeadError, UpstreamHead};
+use inferrail_routing::brain;
 use inferrail_shards::index::RecordTicket;
 use inferrail_shards::tokenize::Endpoint;
-use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
-use inferrail_wire::{
-    encode_chunk, push_decimal, push_header, BodyFraming, ChunkedDecoder, ErrorKind, Method,
-    RequestHead, ResponseHead, LAST_CHUNK,
-};
+use inferrail_wire::RequestHead;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
-use monoio::time::{sleep, timeout_at};
+use std::future::{pending, Future};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
-
-/// Bodies up to this size are sent in the same write as the request head.
-const COALESCE_BODY: usize = 64 * 1024;
-/// Largest response head accepted from an engine.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+use std::time::Instant;
 
 /// A completion request that was read and validated, ready to go upstream.
 pub struct ProxyRequest {
     /// The client's request head.
     pub head: RequestHead,
-    /// The body to forward (the client's bytes, with only the model name spliced if needed).
-    pub body: Vec<u8>,
+    /// The body to forward (the client's bytes, with only the model name spliced if needed),
+    /// read once and shared by every attempt without a copy.
+    pub body: bytes::Bytes,
     /// Model index in the snapshot.
     pub model: usize,
     /// The model's split arm this request belongs to (0 without a split).
@@ -47,807 +42,584 @@ pub struct ProxyRequest {
     pub request_id: String,
     /// When the request head was read.
     pub started: Instant,
-    /// When the request must be finished waiting on engines.
+    /// When the whole request must be over (`server.request_timeout` after `started`).
     pub deadline: Instant,
     /// The conversation's hash (`x-session-id`, else `user`), when session affinity is on and
     /// the request names one.
     pub session: Option<u64>,
 }
 
-/// Headers copied from the client to the engine: everything except hop-by-hop headers, those
-/// the gateway sets itself, and `expect` (the gateway sends the whole body at once).
-fn upstream_headers(head: &RequestHead, request_id: &str) -> Vec<u8> {
-    let connection = head.header("connection").unwrap_or(b"");
-    let mut out = Vec::with_capacity(head.bytes.len() + 64);
-    for (name, value) in head.header_lines() {
-        if is_hop_by_hop(name)
-            || listed_in_connection(connection, name)
-            || name.eq_ignore_ascii_case(b"host")
-            || name.eq_ignore_ascii_case(b"content-length")
-            || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"x-request-id")
-        {
-            continue;
-        }
-        push_header(&mut out, name, value);
-    }
-    push_header(&mut out, b"x-request-id", request_id.as_bytes());
-    out
+/// The attempt in progress: its replica slot, a watch on the replica leaving rotation, its
+/// connection once open and its response once the head was read.
+struct Live {
+    replica: usize,
+    slot: ReplicaSlot,
+    left: LeftRotation,
+    upstream: Option<TcpStream>,
+    response: Option<Response>,
 }
 
-/// The bytes of one upstream request for `authority`. The body is included when small.
-fn upstream_request(head: &RequestHead, common: &[u8], authority: &str, body: &[u8]) -> Vec<u8> {
-    let coalesce = body.len() <= COALESCE_BODY;
-    let mut out = Vec::with_capacity(common.len() + 128 + if coalesce { body.len() } else { 0 });
-    out.extend_from_slice(b"POST ");
-    out.extend_from_slice(head.target());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    push_header(&mut out, b"host", authority.as_bytes());
-    out.extend_from_slice(common);
-    out.extend_from_slice(b"content-length: ");
-    push_decimal(&mut out, body.len() as u64);
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(b"\r\n");
-    if coalesce {
-        out.extend_from_slice(body);
-    }
-    out
+/// A response head read and the first client bytes built from it, before the commit.
+struct Response {
+    relay: Relay,
+    /// Client bytes: the head and the body bytes that came with it.
+    out: Vec<u8>,
+    /// The engine read buffer.
+    buf: Vec<u8>,
+    /// The body is already complete.
+    done: bool,
+    /// Some body byte already came (or the body is empty).
+    body_started: bool,
+    /// The engine connection may be pooled after a complete body.
+    reusable: bool,
+    /// The client connection closes after this response.
+    close_after: bool,
 }
 
-/// How the response body is carried from engine to client.
-enum Relay {
-    /// Content-length body passed through; bytes still expected.
-    Length(u64),
-    /// Chunked body passed through untouched; the decoder only finds its end.
-    Chunked(ChunkedDecoder),
-    /// Chunked body decoded for an HTTP/1.0 client, which gets it close-delimited.
-    Dechunk(ChunkedDecoder),
-    /// Close-delimited engine body re-framed as chunks for the client.
-    Rechunk,
-    /// Close-delimited engine body passed to an HTTP/1.0 client as is.
-    RawUntilClose,
-}
-
-impl Relay {
-    /// Turns body bytes from the engine into client bytes appended to `out`. Returns whether the
-    /// body is complete and how many input bytes belonged to it.
-    fn step(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(bool, usize), String> {
-        match self {
-            Relay::Length(left) => {
-                let take = (*left).min(input.len() as u64) as usize;
-                out.extend_from_slice(&input[..take]);
-                *left -= take as u64;
-                Ok((*left == 0, take))
-            }
-            Relay::Chunked(d) => {
-                let p = d.feed(input, None).map_err(|e| e.to_string())?;
-                out.extend_from_slice(&input[..p.consumed]);
-                Ok((p.done, p.consumed))
-            }
-            Relay::Dechunk(d) => {
-                let p = d.feed(input, Some(out)).map_err(|e| e.to_string())?;
-                Ok((p.done, p.consumed))
-            }
-            Relay::Rechunk => {
-                encode_chunk(out, input);
-                Ok((false, input.len()))
-            }
-            Relay::RawUntilClose => {
-                out.extend_from_slice(input);
-                Ok((false, input.len()))
-            }
-        }
-    }
-
-    /// Called at engine EOF: the bytes that end the client's body, or `None` if the body was cut.
-    fn finish_at_eof(&self) -> Option<&'static [u8]> {
-        match self {
-            Relay::Rechunk => Some(LAST_CHUNK),
-            Relay::RawUntilClose => Some(b""),
-            _ => None,
-        }
-    }
-}
-
-/// The client-facing response head built from the engine's.
-/// Gateway headers added to a proxied response besides `x-request-id`.
-#[derive(Debug, Clone, Copy)]
-struct HeadExtras<'a> {
-    /// The policy that routed the request.
-    policy: &'a str,
-    /// Prompt tokens, when the prompt was tokenized.
-    prompt_tokens: Option<u32>,
-    /// Cached tokens predicted on the replica, when a prediction was made.
-    cached_tokens: Option<u32>,
-}
-
-fn client_head(
-    up: &ResponseHead,
-    request_id: &str,
-    replica: &str,
-    extras: &HeadExtras<'_>,
-    relay: &Relay,
-    close: bool,
-    minor: u8,
-) -> Vec<u8> {
-    let connection = up.header("connection").unwrap_or(b"");
-    let mut out = Vec::with_capacity(up.bytes.len() + 96);
-    out.extend_from_slice(if minor == 0 {
-        b"HTTP/1.0 "
-    } else {
-        b"HTTP/1.1 "
-    });
-    push_decimal(&mut out, u64::from(up.status));
-    out.push(b' ');
-    out.extend_from_slice(up.reason());
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in up.header_lines() {
-        if is_hop_by_hop(name)
-            || listed_in_connection(connection, name)
-            || name.eq_ignore_ascii_case(b"x-request-id")
-            || name.eq_ignore_ascii_case(b"x-inferrail-replica")
-            || name.eq_ignore_ascii_case(b"x-inferrail-policy")
-            || name.eq_ignore_ascii_case(b"x-inferrail-prompt-tokens")
-            || name.eq_ignore_ascii_case(b"x-inferrail-cached-tokens")
-        {
-            continue;
-        }
-        push_header(&mut out, name, value);
-    }
-    if matches!(relay, Relay::Chunked(_) | Relay::Rechunk) {
-        push_header(&mut out, b"transfer-encoding", b"chunked");
-    }
-    push_header(&mut out, b"x-request-id", request_id.as_bytes());
-    push_header(&mut out, b"x-inferrail-replica", replica.as_bytes());
-    push_header(&mut out, b"x-inferrail-policy", extras.policy.as_bytes());
-    let mut number = Vec::with_capacity(10);
-    for (name, value) in [
-        (&b"x-inferrail-prompt-tokens"[..], extras.prompt_tokens),
-        (&b"x-inferrail-cached-tokens"[..], extras.cached_tokens),
-    ] {
-        if let Some(v) = value {
-            number.clear();
-            push_decimal(&mut number, u64::from(v));
-            push_header(&mut out, name, &number);
-        }
-    }
-    if close {
-        push_header(&mut out, b"connection", b"close");
-    } else if minor == 0 {
-        push_header(&mut out, b"connection", b"keep-alive");
-    }
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-/// How an attempt that reached the client ended.
-struct Delivered {
-    /// The client connection can serve another request.
-    keep_client: bool,
-    /// The engine's status.
-    status: u16,
-}
-
-/// Proxies `req` with retries, all on `view` (one snapshot, its policies and recorder). Returns
-/// whether the client connection may be reused.
+/// Proxies `req`, all on `view` (one snapshot, its policies and recorder). Returns whether the
+/// client connection may be reused.
 pub async fn forward(
     ctx: &Rc<CoreContext>,
     view: &Rc<CoreView>,
     conn: &mut ClientConn,
     req: ProxyRequest,
 ) -> bool {
-    let snap = &view.snap;
-    let recorder = &view.recorder;
-    let settings = &snap.settings;
-    let common = upstream_headers(&req.head, &req.request_id);
-    let mut watch = ClientWatch::new(conn.buffered().is_empty());
-    let mut tried: Vec<usize> = Vec::with_capacity(settings.max_attempts as usize);
-    let mut last_failure: Option<(AttemptError, usize)> = None;
-    let close_client = req.head.close || ctx.shutdown.is_triggered();
-    let prediction = Prediction::make(ctx, view, &req).await;
-    let brain_params = &snap.models[req.model].brain;
-
-    for attempt in 1..=settings.max_attempts {
-        let now = Instant::now();
-        let fleet_now = ctx.fleet_clock.micros(now);
-        let mut candidates = view.candidates(req.model, &tried, now, fleet_now);
-        prediction.annotate(&mut candidates);
-        if candidates.is_empty() {
-            break;
-        }
-        let input = prediction.input(&req, brain_params, &ctx.fleet, fleet_now);
-        let decision =
-            ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng));
-        ctx.brain_stats.decision(
-            view.arm_policy(req.model, req.arm),
-            now.elapsed(),
-            &decision,
-        );
-        let replica = candidates[decision.winner].replica;
-        let prefill_secs = brain::commit(&input, &candidates, &decision);
-        observe_decision(ctx, view, &req, attempt, replica, &candidates, &input);
-        let ticket = prediction.record(ctx, view, replica);
-        tried.push(replica);
-        let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
-        let acquired = view.acquire(
-            replica,
-            prompt_tokens,
-            prefill_secs,
-            ctx.fleet_clock,
-            fleet_now,
-        );
-        let Some(mut slot) = acquired else {
-            break;
-        };
-        if attempt > 1 {
-            recorder.retry(req.model);
-        }
-        let may_retry_status = attempt < settings.max_attempts;
-        let mut fresh_only = false;
-        let result = loop {
-            let r = try_replica(
-                ctx,
-                view,
-                conn,
-                &req,
-                &common,
-                replica,
-                &mut slot,
-                &mut watch,
-                may_retry_status,
-                fresh_only,
-                close_client,
-                prediction.header(replica),
-            )
-            .await;
-            match r {
-                Err(e) if e.stale_reuse() && !fresh_only => fresh_only = true,
-                r => break r,
-            }
-        };
-        drop(slot);
-        match result {
-            Ok(done) => {
-                ctx.report(view, replica, !matches!(done.status, 502..=504));
-                if done.status >= 400 {
-                    prediction.take_back(ctx, ticket);
-                } else {
-                    prediction.routed(ctx, replica);
-                }
-                return done.keep_client;
-            }
-            Err(AttemptError::ClientGone) => {
-                recorder.error(ErrorReason::ClientDisconnected);
-                recorder.request(Some(req.model), Some(replica), Outcome::ClientClosed);
-                return false;
-            }
-            Err(e) => {
-                if e.counts_against_replica() {
-                    ctx.report(view, replica, false);
-                }
-                prediction.take_back(ctx, ticket);
-                recorder.error(e.reason());
-                let retry = e.retryable();
-                last_failure = Some((e, replica));
-                if !retry || attempt == settings.max_attempts {
-                    break;
-                }
-                let backoff = backoff(settings.backoff, settings.max_backoff, attempt);
-                if Instant::now() + backoff >= req.deadline {
-                    break;
-                }
-                monoio::select! {
-                    _ = sleep(backoff) => {}
-                    _ = watch.closed(&conn.stream) => {
-                        recorder.error(ErrorReason::ClientDisconnected);
-                        recorder.request(Some(req.model), None, Outcome::ClientClosed);
-                        return false;
-                    }
-                }
-            }
-        }
-    }
-
-    // Nothing reached the client: answer the failure ourselves.
-    let (refusal, replica_label, outcome) = match &last_failure {
-        Some((e, replica)) => {
-            let id = snap.replicas.get(*replica).map_or("?", |r| r.id());
-            let (kind, msg) = e.client_error(id);
-            // The attempt's own error was counted when it failed.
-            let refusal = Refusal::new(kind, e.reason(), msg);
-            (refusal, Some(*replica), Outcome::Failed)
-        }
-        None => {
-            let msg = format!(
-                "every replica of model `{}` is at its concurrency limit",
-                snap.models[req.model].name
-            );
-            let refusal = Refusal::new(ErrorKind::ServiceUnavailable, ErrorReason::FleetFull, msg);
-            (refusal.record(recorder), None, Outcome::Rejected)
-        }
+    let settings = &view.snap.settings;
+    let ex = Exchange::new(Limits {
+        deadline: req.deadline,
+        max_attempts: settings.max_attempts,
+        backoff: settings.backoff,
+        max_backoff: settings.max_backoff,
+        connect_timeout: settings.connect_timeout,
+        first_byte_timeout: settings.first_byte_timeout,
+        stream_idle_timeout: settings.stream_idle_timeout,
+    });
+    let driver = Driver {
+        ctx,
+        view,
+        common: upstream::upstream_headers(&req.head, &req.request_id),
+        watch: ClientWatch::new(conn.buffered().is_empty()),
+        close_client: req.head.close || ctx.shutdown.is_triggered(),
+        prediction: Prediction::make(ctx, view, &req).await,
+        conn,
+        req: &req,
+        ex,
+        live: None,
+        answer: None,
+        committed: false,
+        keep_client: false,
     };
-    recorder.request(Some(req.model), replica_label, outcome);
-    recorder.duration(Some(req.model), req.started.elapsed());
-    conn.send(refusal.response(&req.request_id, false, close_client))
-        .await
-        && !close_client
+    driver.run().await
 }
 
-/// A request's cache prediction: its prompt facts and, indexed by the view's snapshot replica
-/// index (empty without a prediction), the tokens each replica is predicted to hold cached.
-struct Prediction {
-    facts: Option<PromptFacts>,
-    cached: Vec<Option<u32>>,
+/// One request's exchange and the I/O around it.
+struct Driver<'a> {
+    ctx: &'a CoreContext,
+    view: &'a CoreView,
+    conn: &'a mut ClientConn,
+    req: &'a ProxyRequest,
+    prediction: Prediction,
+    /// The client's headers as sent upstream.
+    common: Vec<u8>,
+    watch: ClientWatch,
+    /// The client connection closes after this request.
+    close_client: bool,
+    ex: Exchange<RecordTicket>,
+    live: Option<Live>,
+    /// The error answer to send once the exchange finished.
+    answer: Option<Vec<u8>>,
+    /// A response was committed to the client.
+    committed: bool,
+    /// The relayed response left the client connection reusable.
+    keep_client: bool,
 }
 
-impl Prediction {
-    /// Tokenizes (on the pool) and looks up (on the index shards) within one deadline,
-    /// `tokenizer.max_wait` of the request's snapshot; counts the result.
-    async fn make(ctx: &CoreContext, view: &CoreView, req: &ProxyRequest) -> Prediction {
-        let none = Prediction {
-            facts: None,
-            cached: Vec::new(),
-        };
-        let stats = &ctx.prediction_stats;
-        let Some(predictor) = &ctx.predictor else {
-            stats.result("no_tokenizer");
-            return none;
-        };
-        let model = &view.snap.models[req.model];
-        let budget = Budget::new(view.snap.settings.prediction, Instant::now());
-        let (facts, took) = predictor
-            .prompt(&model.name, req.endpoint, &req.body, &budget)
-            .await;
-        if took > Duration::ZERO {
-            stats.tokenize_time(took);
-        }
-        let facts = match facts {
-            Ok(f) => f,
-            Err(label) => {
-                stats.result(label);
-                return none;
+impl Driver<'_> {
+    /// Performs the exchange's actions until it finishes; returns whether the client connection
+    /// may be reused.
+    async fn run(mut self) -> bool {
+        loop {
+            let Some(action) = self.ex.poll_action() else {
+                if self.ex.is_done() {
+                    break;
+                }
+                // Backing off (or waiting for a slot): until the next timer or the client leaving.
+                let client = Some((&mut self.watch, &self.conn.stream));
+                let raced = race(pending::<()>(), self.ex.timer(), client, None).await;
+                feed(&mut self.ex, raced);
+                continue;
+            };
+            match action {
+                Action::Route { attempt } => {
+                    let (ctx, view, req) = (self.ctx, self.view, self.req);
+                    self.live = route(ctx, view, req, &self.prediction, &mut self.ex, attempt);
+                }
+                Action::WaitForSlot { .. } | Action::BackOff { .. } => {}
+                Action::Connect { replica, pooled } => self.connect(replica, pooled).await,
+                Action::Send => self.send().await,
+                Action::ReadHead => self.read_head().await,
+                Action::Relay { status } => self.relay(status).await,
+                other => self.account(other),
             }
+        }
+        match self.answer {
+            Some(bytes) => self.conn.send(bytes).await && !self.close_client,
+            None => self.keep_client,
+        }
+    }
+
+    /// Opens the attempt's connection.
+    async fn connect(&mut self, replica: usize, pooled: bool) {
+        let Some(l) = self.live.as_mut() else {
+            return self
+                .ex
+                .handle(Event::ConnectFailed("no slot".into()), Instant::now());
         };
-        let keys: Vec<u64> = model
-            .replicas
-            .iter()
-            .map(|&i| view.snap.replicas[i].spec.key)
-            .collect();
-        let held = match predictor.held_blocks(&facts, &keys, &budget).await {
-            Ok(held) => held,
-            Err(label) => {
-                stats.result(label);
-                return Prediction {
-                    facts: Some(facts),
-                    cached: Vec::new(),
+        // A fresh retry after a stale pooled connection: that one goes first.
+        l.upstream = None;
+        l.response = None;
+        let client = Some((&mut self.watch, &self.conn.stream));
+        let io = upstream::connect(self.view, replica, pooled);
+        match race(io, self.ex.timer(), client, Some(&mut l.left)).await {
+            Raced::Done(Ok((stream, reused))) => {
+                l.upstream = Some(stream);
+                self.ex.handle(Event::Connected { reused }, Instant::now());
+            }
+            Raced::Done(Err(e)) => {
+                let event = Event::ConnectFailed(e.to_string());
+                self.ex.handle(event, Instant::now())
+            }
+            other => feed(&mut self.ex, other),
+        }
+    }
+
+    /// Writes the request on the attempt's connection.
+    async fn send(&mut self) {
+        let closed = Event::EngineClosed {
+            received_any: false,
+        };
+        let Some(Live {
+            replica,
+            left,
+            upstream: Some(up),
+            ..
+        }) = self.live.as_mut()
+        else {
+            return self.ex.handle(closed, Instant::now());
+        };
+        let req = self.req;
+        let authority = &self.view.snap.replicas[*replica].spec.authority;
+        let io = upstream::send(up, &req.head, &self.common, authority, &req.body);
+        let client = Some((&mut self.watch, &self.conn.stream));
+        match race(io, self.ex.timer(), client, Some(left)).await {
+            Raced::Done(true) => self.ex.handle(Event::RequestWritten, Instant::now()),
+            Raced::Done(false) => self.ex.handle(closed, Instant::now()),
+            other => feed(&mut self.ex, other),
+        }
+    }
+
+    /// Reads the response head and prepares the client bytes for a commit.
+    async fn read_head(&mut self) {
+        let spare = self.conn.take_spare();
+        let Some(Live {
+            replica,
+            slot,
+            left,
+            upstream: Some(up),
+            response,
+        }) = self.live.as_mut()
+        else {
+            let closed = Event::EngineClosed {
+                received_any: false,
+            };
+            return self.ex.handle(closed, Instant::now());
+        };
+        let client = Some((&mut self.watch, &self.conn.stream));
+        let raced = race(
+            upstream::read_head(up, spare),
+            self.ex.timer(),
+            client,
+            Some(left),
+        )
+        .await;
+        let event = match raced {
+            Raced::Done(Ok(head)) => {
+                slot.head_received();
+                let status = head.head.status;
+                let (req, view) = (self.req, self.view);
+                let predicted = self.prediction.header(*replica);
+                let extras = HeadExtras {
+                    policy: view.arm_policy(req.model, req.arm).as_str(),
+                    prompt_tokens: predicted.map(|p| p.0),
+                    cached_tokens: predicted.and_then(|p| p.1),
                 };
+                let close = self.close_client || self.ctx.shutdown.is_triggered();
+                let id = &view.snap.replicas[*replica].spec.id;
+                match prepare(req, id, head, &extras, close) {
+                    Ok(r) => {
+                        *response = Some(r);
+                        Event::Head { status }
+                    }
+                    Err(e) => Event::Protocol(e),
+                }
             }
+            Raced::Done(Err(HeadError::Closed { received_any })) => {
+                Event::EngineClosed { received_any }
+            }
+            Raced::Done(Err(HeadError::Protocol(e))) => Event::Protocol(e),
+            other => return feed(&mut self.ex, other),
         };
-        stats.result("predicted");
-        let mut cached = vec![None; view.snap.replicas.len()];
-        for (&i, blocks) in model.replicas.iter().zip(held) {
-            cached[i] = Some(facts.cached_tokens(blocks));
-        }
-        Prediction {
-            facts: Some(facts),
-            cached,
-        }
+        self.ex.handle(event, Instant::now());
     }
 
-    fn cached_on(&self, replica: usize) -> Option<u32> {
-        self.cached.get(replica).copied().flatten()
-    }
-
-    /// What the brain reads about this request.
-    fn input<'a>(
-        &'a self,
-        req: &ProxyRequest,
-        params: &'a BrainParams,
-        fleet: &'a FleetFacts,
-        now_micros: u64,
-    ) -> RouteInput<'a> {
-        RouteInput {
-            prompt: self.facts.as_ref().map(PromptFacts::view),
-            approx_tokens: u32::try_from(req.body.len() / 4).unwrap_or(u32::MAX),
-            session: req.session,
-            params,
-            fleet,
-            now_micros,
+    /// Relays the committed response.
+    async fn relay(&mut self, status: u16) {
+        self.committed = true;
+        if let Some(l) = self.live.take() {
+            if status < 400 {
+                self.prediction.routed(self.ctx, l.replica);
+            }
+            let (view, req) = (self.view, self.req);
+            self.keep_client = relay(view, self.conn, req, &mut self.ex, l, &mut self.watch).await;
         }
     }
 
-    /// Puts the predicted cached tokens on each candidate.
-    fn annotate(&self, candidates: &mut [Candidate]) {
-        for c in candidates {
-            c.cached_tokens = self.cached_on(c.replica);
-        }
-    }
-
-    /// The response headers' prompt and predicted cached tokens for `replica`.
-    fn header(&self, replica: usize) -> Option<(u32, Option<u32>)> {
-        self.facts
-            .as_ref()
-            .map(|f| (f.tokens, self.cached_on(replica)))
-    }
-
-    /// Records the prompt on the replica an attempt goes to.
-    fn record(&self, ctx: &CoreContext, view: &CoreView, replica: usize) -> Option<RecordTicket> {
-        let facts = self.facts.as_ref()?;
-        let key = view.snap.replicas.get(replica)?.spec.key;
-        ctx.predictor.as_ref()?.record(key, facts)
-    }
-
-    /// The attempt failed before the engine answered, or the engine refused it: it cached nothing.
-    fn take_back(&self, ctx: &CoreContext, ticket: Option<RecordTicket>) {
-        if let (Some(p), Some(t)) = (&ctx.predictor, ticket) {
-            p.take_back(t);
-        }
-    }
-
-    /// The request ran on `replica`: counts its prompt and predicted cached tokens.
-    fn routed(&self, ctx: &CoreContext, replica: usize) {
-        if let Some(f) = &self.facts {
-            let cached = self.cached_on(replica).unwrap_or(0);
-            ctx.prediction_stats
-                .tokens(u64::from(f.tokens), u64::from(cached));
+    /// The bookkeeping actions: metrics, ejection reports, index records, the error answer.
+    fn account(&mut self, action: Action<RecordTicket>) {
+        let (ctx, view, req) = (self.ctx, self.view, self.req);
+        let snap = &view.snap;
+        match action {
+            Action::Failed { failure, .. } => view.recorder.error(failure.reason()),
+            Action::Report { replica, ok } => ctx.report(view, replica, ok),
+            Action::TakeBack(ticket) => self.prediction.take_back(ctx, Some(ticket)),
+            Action::Release => self.live = None,
+            Action::Answer { failure, replica } => {
+                let id = replica
+                    .and_then(|r| snap.replicas.get(r))
+                    .map_or("?", |r| r.id());
+                let (kind, msg) = failure.client_error(&snap.models[req.model].name, id);
+                let refusal = Refusal::new(kind, failure.reason(), msg);
+                let bytes = refusal.response(&req.request_id, false, self.close_client);
+                self.answer = Some(bytes);
+            }
+            Action::Finish { outcome, replica } => {
+                view.recorder.request(Some(req.model), replica, outcome);
+                // A client that left before the commit was never answered: no duration.
+                if self.committed || outcome != Outcome::ClientClosed {
+                    view.recorder
+                        .duration(Some(req.model), req.started.elapsed());
+                }
+            }
+            // The I/O actions are `run`'s.
+            Action::Route { .. }
+            | Action::WaitForSlot { .. }
+            | Action::Connect { .. }
+            | Action::Send
+            | Action::ReadHead
+            | Action::Relay { .. }
+            | Action::BackOff { .. } => {}
         }
     }
 }
 
-/// Hands a routing decision to the observers without waiting: statistics, the shadow worker
-/// (first attempts only) and the decision log (sampled requests only).
-fn observe_decision(
+/// Chooses a replica for attempt `attempt` and takes a slot on it, or tells the exchange why
+/// none could take the request.
+fn route(
     ctx: &CoreContext,
     view: &CoreView,
     req: &ProxyRequest,
+    prediction: &Prediction,
+    ex: &mut Exchange<RecordTicket>,
     attempt: u32,
-    winner: usize,
-    candidates: &[Candidate],
-    input: &RouteInput<'_>,
-) {
-    let oldest = candidates
-        .iter()
-        .filter_map(|c| c.engine.map(|e| e.age_micros))
-        .max()
-        .map(Duration::from_micros);
-    ctx.stats.decision(oldest);
+) -> Option<Live> {
+    let now = Instant::now();
+    let fleet_now = ctx.fleet_clock.micros(now);
+    let mut candidates = view.candidates(req.model, ex.tried(), now, fleet_now);
+    prediction.annotate(&mut candidates);
+    if candidates.is_empty() {
+        let why = why_no_candidate(view, req.model);
+        // No wait queue yet: a full fleet is refused at once.
+        ex.handle(
+            Event::NoCandidate {
+                why,
+                can_wait: false,
+            },
+            now,
+        );
+        return None;
+    }
+    let params = &view.snap.models[req.model].brain;
+    let input = prediction.input(req, params, &ctx.fleet, fleet_now);
+    let decision = ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng));
+    ctx.brain_stats.decision(
+        view.arm_policy(req.model, req.arm),
+        now.elapsed(),
+        &decision,
+    );
+    let replica = candidates[decision.winner].replica;
+    let prefill_secs = brain::commit(&input, &candidates, &decision);
+    observe_decision(ctx, view, req, attempt, replica, &candidates, &input);
+    let ticket = prediction.record(ctx, view, replica);
+    let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
+    let acquired = view.acquire(
+        replica,
+        prompt_tokens,
+        prefill_secs,
+        ctx.fleet_clock,
+        fleet_now,
+    );
+    let Some(slot) = acquired else {
+        prediction.take_back(ctx, ticket);
+        let why = NoCandidate::NoReplicas;
+        ex.handle(
+            Event::NoCandidate {
+                why,
+                can_wait: false,
+            },
+            now,
+        );
+        return None;
+    };
+    if attempt > 1 {
+        view.recorder.retry(req.model);
+    }
+    let left = slot.replica().left_rotation();
+    ex.handle(Event::Routed { replica, ticket }, Instant::now());
+    Some(Live {
+        replica,
+        slot,
+        left,
+        upstream: None,
+        response: None,
+    })
+}
+
+/// What refused a request that found no candidate: no replica, none in rotation, every one in
+/// rotation at its concurrency cap, or (some under it) at its pending cap.
+fn why_no_candidate(view: &CoreView, model: usize) -> NoCandidate {
     let snap = &view.snap;
-    let policy = view.arm_policy(req.model, req.arm);
-    if attempt == 1 {
-        if let Some(sink) = &ctx.shadow {
-            let shadow = &snap.models[req.model].shadow;
-            if !shadow.is_empty() {
-                sink.try_send(ShadowJob {
-                    snapshot: snap.clone(),
-                    model: req.model,
-                    shadow: shadow.clone(),
-                    policy,
-                    request_id: req.request_id.clone(),
-                    chosen: winner,
-                    candidates: candidates.to_vec(),
-                    prompt: input.prompt.map(|p| PromptFacts {
-                        tokens: p.tokens,
-                        hashes: p.hashes.into(),
-                        block_size: p.block_size,
-                    }),
-                    approx_tokens: input.approx_tokens,
-                });
-            }
+    let replicas = &snap.models[model].replicas;
+    let mut in_rotation = false;
+    let mut under_concurrency = false;
+    for &i in replicas {
+        let (Some(entry), Some(state)) = (snap.replicas.get(i), view.replicas.get(i)) else {
+            continue;
+        };
+        if entry.live.routable {
+            in_rotation = true;
+            under_concurrency |= state.in_flight.get() < state.cap_in_flight.get();
         }
     }
-    if req.sampled {
-        if let Some(sink) = &ctx.decisions {
-            sink.try_send(DecisionRecord {
-                snapshot: snap.clone(),
-                model: req.model,
-                policy,
-                request_id: req.request_id.clone(),
-                attempt,
-                winner,
-                candidates: candidates.to_vec(),
-                prompt: snap.settings.log_prompts.then(|| req.body.clone()),
-            });
-        }
+    match (replicas.is_empty(), in_rotation, under_concurrency) {
+        (true, _, _) => NoCandidate::NoReplicas,
+        (false, false, _) => NoCandidate::OutOfRotation,
+        (false, true, true) => NoCandidate::QueueFull,
+        (false, true, false) => NoCandidate::AtCapacity,
     }
 }
 
-/// Exponential backoff before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped.
-pub fn backoff(base: Duration, cap: Duration, attempt: u32) -> Duration {
-    let factor = 1u32 << (attempt.saturating_sub(1)).min(16);
-    base.saturating_mul(factor).min(cap)
-}
-
-/// Gets a connection to the replica: a pooled one unless `fresh_only`, else a new one.
-async fn upstream_connection(
-    view: &CoreView,
-    replica: usize,
-    fresh_only: bool,
-    deadline: Instant,
-) -> Result<(TcpStream, bool), AttemptError> {
-    let settings = &view.snap.settings;
-    if !fresh_only {
-        if let Some(state) = view.replicas.get(replica) {
-            if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout) {
-                return Ok((stream, true));
-            }
-        }
-    }
-    let addr = view.snap.replicas[replica].spec.addr;
-    let connect_deadline = deadline.min(Instant::now() + settings.connect_timeout);
-    match timeout_at(connect_deadline.into(), TcpStream::connect_addr(addr)).await {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            Ok((stream, false))
-        }
-        Ok(Err(e)) => Err(AttemptError::Connect(e)),
-        Err(_) => Err(AttemptError::ConnectTimeout),
-    }
-}
-
-/// Outcome of reading the upstream head, before anything is sent to the client.
-struct UpstreamHead {
-    head: ResponseHead,
-    /// Read buffer holding the head and any body bytes after it.
-    buf: Vec<u8>,
-    head_len: usize,
-}
-
-/// Reads the engine's response head (skipping 1xx interim heads).
-async fn read_upstream_head(
-    upstream: &mut TcpStream,
-    reused: bool,
-    mut buf: Vec<u8>,
-) -> Result<UpstreamHead, AttemptError> {
-    buf.clear();
-    loop {
-        let (res, b) = read_more(upstream, buf).await;
-        buf = b;
-        match res {
-            Ok(0) | Err(_) => {
-                return Err(AttemptError::EngineClosed {
-                    reused,
-                    nothing_received: buf.is_empty(),
-                })
-            }
-            Ok(_) => {}
-        }
-        loop {
-            match ResponseHead::parse(&buf, Method::Post) {
-                Ok(Some((head, len))) if head.status < 200 => {
-                    buf.drain(..len);
-                }
-                Ok(Some((head, len))) => {
-                    return Ok(UpstreamHead {
-                        head,
-                        buf,
-                        head_len: len,
-                    })
-                }
-                Ok(None) if buf.len() > MAX_RESPONSE_HEAD => {
-                    return Err(AttemptError::Protocol("response head too large".into()))
-                }
-                Ok(None) => break,
-                Err(e) => return Err(AttemptError::Protocol(e.to_string())),
-            }
-        }
-    }
-}
-
-/// One attempt on one replica. On success the response was relayed to the client (fully or
-/// until the client or engine went away); on error nothing was sent to the client.
-#[allow(clippy::too_many_arguments)]
-async fn try_replica(
-    ctx: &Rc<CoreContext>,
-    view: &Rc<CoreView>,
-    conn: &mut ClientConn,
+/// Builds the client bytes of a response head (and the body bytes read with it); an error when
+/// those body bytes are not valid framing, before anything reached the client.
+fn prepare(
     req: &ProxyRequest,
-    common: &[u8],
-    replica: usize,
-    slot: &mut ReplicaSlot,
-    watch: &mut ClientWatch,
-    may_retry_status: bool,
-    fresh_only: bool,
+    replica_id: &str,
+    up: UpstreamHead,
+    extras: &HeadExtras<'_>,
     close_client: bool,
-    prediction: Option<(u32, Option<u32>)>,
-) -> Result<Delivered, AttemptError> {
-    let snap = &view.snap;
-    let recorder = &view.recorder;
-    let entry = &snap.replicas[replica].spec;
-    let deadline = req.deadline;
-    let left_rotation = slot.replica().left_rotation();
-
-    // Connect, send, and wait for the head, all raced against the client leaving.
-    let spare = conn.take_spare();
-    let exchange = async {
-        let (mut upstream, reused) =
-            upstream_connection(view, replica, fresh_only, deadline).await?;
-        let wire = upstream_request(&req.head, common, &entry.authority, &req.body);
-        let (res, _) = upstream.write_all(wire).await;
-        if res.is_err() {
-            return Err(AttemptError::EngineClosed {
-                reused,
-                nothing_received: true,
-            });
-        }
-        if req.body.len() > COALESCE_BODY {
-            let (res, _) = upstream.write_all(req.body.clone()).await;
-            if res.is_err() {
-                return Err(AttemptError::EngineClosed {
-                    reused,
-                    nothing_received: true,
-                });
-            }
-        }
-        match timeout_at(
-            deadline.into(),
-            read_upstream_head(&mut upstream, reused, spare),
-        )
-        .await
-        {
-            Ok(Ok(head)) => Ok((upstream, head)),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(AttemptError::Timeout),
-        }
-    };
-    let (mut upstream, up) = monoio::select! {
-        r = exchange => r?,
-        _ = watch.closed(&conn.stream) => return Err(AttemptError::ClientGone),
-        _ = left_rotation => return Err(AttemptError::LeftRotation),
-    };
-    slot.head_received();
-    let status = up.head.status;
-    if may_retry_status && matches!(status, 502..=504) {
-        return Err(AttemptError::Unavailable(status));
-    }
-
-    // Commit: from here on the response belongs to this replica. A shutdown that began while
-    // the engine worked closes the client connection after this response.
-    let close_client = close_client || ctx.shutdown.is_triggered();
-    let client_minor = req.head.minor_version;
-    let mut relay = match (up.head.framing, client_minor) {
-        (BodyFraming::Length(n), _) => Relay::Length(n),
-        (BodyFraming::Chunked, 0) => Relay::Dechunk(ChunkedDecoder::new()),
-        (BodyFraming::Chunked, _) => Relay::Chunked(ChunkedDecoder::new()),
-        (BodyFraming::UntilClose, 0) => Relay::RawUntilClose,
-        (BodyFraming::UntilClose, _) => Relay::Rechunk,
-    };
-    let close_after = close_client
-        || client_minor == 0 && !matches!(relay, Relay::Length(_))
-        || matches!(relay, Relay::RawUntilClose);
-    let model = Some(req.model);
-    let extras = HeadExtras {
-        policy: view.arm_policy(req.model, req.arm).as_str(),
-        prompt_tokens: prediction.map(|p| p.0),
-        cached_tokens: prediction.and_then(|p| p.1),
-    };
+) -> Result<Response, String> {
+    let minor = req.head.minor_version;
+    let mut relay = Relay::new(up.head.framing, minor);
+    let close_after = close_client || relay.closes_client(minor);
     let mut out = client_head(
         &up.head,
         &req.request_id,
-        &entry.id,
-        &extras,
+        replica_id,
+        extras,
         &relay,
         close_after,
-        client_minor,
+        minor,
     );
-    let mut upstream_reusable = !up.head.close;
-    let (mut done, used) = match relay.step(&up.buf[up.head_len..], &mut out) {
-        Ok(step) => step,
-        Err(e) => return Err(AttemptError::Protocol(e)),
-    };
-    if up.head_len + used < up.buf.len() {
-        upstream_reusable = false; // bytes beyond the response: never reuse
-    }
-    if used > 0 || done {
-        slot.first_byte();
-    }
-    let mut buf = up.buf;
-    let mut first_byte_recorded = false;
-    let mut outcome = Outcome::for_status(status);
-    let idle_limit = snap.settings.request_timeout;
+    let (done, used) = relay.step(&up.buf[up.head_len..], &mut out)?;
+    Ok(Response {
+        relay,
+        out,
+        done,
+        body_started: used > 0 || done,
+        // Bytes beyond the response: never reuse.
+        reusable: !up.head.close && up.head_len + used == up.buf.len(),
+        close_after,
+        buf: up.buf,
+    })
+}
 
-    loop {
+/// Relays a committed response to the client, feeding the exchange as bytes move, until it
+/// ends (complete, or cut by the exchange's timers, the engine or the client). Pools the engine
+/// connection after a complete, reusable response. Returns whether the client connection may be
+/// reused.
+async fn relay(
+    view: &CoreView,
+    conn: &mut ClientConn,
+    req: &ProxyRequest,
+    ex: &mut Exchange<RecordTicket>,
+    mut live: Live,
+    watch: &mut ClientWatch,
+) -> bool {
+    let (Some(mut up), Some(response)) = (live.upstream.take(), live.response.take()) else {
+        return false;
+    };
+    let Response {
+        mut relay,
+        mut out,
+        mut buf,
+        mut done,
+        body_started,
+        mut reusable,
+        close_after,
+    } = response;
+    if body_started {
+        live.slot.first_byte();
+    }
+    let model = Some(req.model);
+    let mut first_byte_recorded = false;
+    let mut complete = false;
+    while ex.relaying() {
         if !out.is_empty() {
             if !first_byte_recorded {
-                recorder.ttft(model, req.started.elapsed());
+                view.recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
-            // A client that stops reading may not hold the engine forever: the same idle limit
-            // as for engine reads applies to each write.
-            let write = timeout_at(
-                (Instant::now() + idle_limit).into(),
-                conn.stream.write_all(out),
-            )
-            .await;
-            let written = match write {
-                Ok((res, returned)) => {
+            match race(conn.stream.write_all(out), ex.timer(), None, None).await {
+                Raced::Done((res, returned)) => {
                     out = returned;
                     out.clear();
-                    res.is_ok()
-                }
-                Err(_) => {
-                    out = Vec::new();
-                    false
-                }
-            };
-            if !written {
-                outcome = Outcome::ClientClosed;
-                recorder.error(ErrorReason::ClientDisconnected);
-                upstream_reusable = false;
-                break;
-            }
-        }
-        if done {
-            break;
-        }
-        buf.clear();
-        let read = monoio::select! {
-            r = timeout_at((Instant::now() + idle_limit).into(), read_more(&mut upstream, buf)) => Some(r),
-            _ = watch.closed(&conn.stream) => None,
-        };
-        let Some(read) = read else {
-            outcome = Outcome::ClientClosed;
-            recorder.error(ErrorReason::ClientDisconnected);
-            upstream_reusable = false;
-            buf = Vec::new();
-            break;
-        };
-        let (res, returned) = match read {
-            Ok(r) => r,
-            Err(_) => {
-                // The engine went silent mid-response: cut the client's response short.
-                recorder.error(ErrorReason::UpstreamTimeout);
-                outcome = Outcome::Failed;
-                upstream_reusable = false;
-                buf = Vec::new();
-                break;
-            }
-        };
-        buf = returned;
-        match res {
-            Ok(0) | Err(_) => {
-                upstream_reusable = false;
-                match relay.finish_at_eof() {
-                    Some(tail) => {
-                        out.extend_from_slice(tail);
-                        done = true;
-                        continue;
-                    }
-                    None => {
-                        recorder.error(ErrorReason::EngineClosed);
-                        outcome = Outcome::Failed;
+                    let event = if res.is_ok() {
+                        Event::Delivered
+                    } else {
+                        Event::ClientLeft
+                    };
+                    ex.handle(event, Instant::now());
+                    if !ex.relaying() {
                         break;
                     }
                 }
-            }
-            Ok(n) => match relay.step(&buf[..n], &mut out) {
-                Ok((finished, used)) => {
-                    slot.first_byte();
-                    done = finished;
-                    if used < n {
-                        upstream_reusable = false;
-                    }
-                }
-                Err(_) => {
-                    recorder.error(ErrorReason::UpstreamProtocol);
-                    outcome = Outcome::Failed;
-                    upstream_reusable = false;
+                other => {
+                    // The write was cancelled: its bytes are lost, the response ends here.
+                    feed(ex, other);
                     break;
                 }
-            },
+            }
+        }
+        if done {
+            ex.handle(Event::StreamEnded, Instant::now());
+            complete = true;
+            break;
+        }
+        buf.clear();
+        let client = Some((&mut *watch, &conn.stream));
+        match race(read_more(&mut up, buf), ex.timer(), client, None).await {
+            Raced::Done((res, returned)) => {
+                buf = returned;
+                match res {
+                    Ok(0) | Err(_) => {
+                        reusable = false;
+                        match relay.finish_at_eof() {
+                            Some(tail) => {
+                                out.extend_from_slice(tail);
+                                done = true;
+                            }
+                            None => {
+                                let event = Event::EngineClosed { received_any: true };
+                                ex.handle(event, Instant::now());
+                            }
+                        }
+                    }
+                    Ok(n) => match relay.step(&buf[..n], &mut out) {
+                        Ok((finished, used)) => {
+                            live.slot.first_byte();
+                            done = finished;
+                            reusable &= used == n;
+                            ex.handle(Event::Received, Instant::now());
+                        }
+                        Err(e) => ex.handle(Event::Protocol(e), Instant::now()),
+                    },
+                }
+            }
+            other => {
+                buf = Vec::new();
+                feed(ex, other);
+                break;
+            }
         }
     }
     conn.put_spare(buf);
-
-    let complete = done && outcome != Outcome::ClientClosed && outcome != Outcome::Failed;
-    if complete && upstream_reusable {
-        slot.replica()
-            .pool
-            .checkin(upstream, snap.settings.pool_max_idle);
+    if complete && reusable {
+        let max_idle = view.snap.settings.pool_max_idle;
+        live.slot.replica().pool.checkin(up, max_idle);
     }
-    recorder.request(model, Some(replica), outcome);
-    recorder.duration(model, req.started.elapsed());
-    Ok(Delivered {
-        keep_client: complete && !close_after,
-        status,
-    })
+    complete && !close_after
+}
+
+/// What ended a raced I/O step.
+enum Raced<T> {
+    /// The step finished with this.
+    Done(T),
+    /// This timer came due at this instant first.
+    Timer(Timer, Instant),
+    /// The client closed its connection first.
+    ClientLeft,
+    /// The replica left rotation first.
+    LeftRotation,
+}
+
+/// Runs `io` until it finishes, `timer` comes due, the watched client leaves or the replica
+/// leaves rotation, whichever is first; the others are dropped (cancelled).
+async fn race<T>(
+    io: impl Future<Output = T>,
+    timer: Option<(Timer, Instant)>,
+    client: Option<(&mut ClientWatch, &TcpStream)>,
+    left: Option<&mut LeftRotation>,
+) -> Raced<T> {
+    let timer = async {
+        match timer {
+            Some((t, at)) => {
+                monoio::time::sleep_until(at.into()).await;
+                (t, at)
+            }
+            None => pending().await,
+        }
+    };
+    let client = async {
+        match client {
+            Some((watch, stream)) => watch.closed(stream).await,
+            None => pending().await,
+        }
+    };
+    let left = async {
+        match left {
+            Some(left) => left.await,
+            None => pending().await,
+        }
+    };
+    monoio::select! {
+        r = io => Raced::Done(r),
+        (t, at) = timer => Raced::Timer(t, at),
+        _ = client => Raced::ClientLeft,
+        _ = left => Raced::LeftRotation,
+    }
+}
+
+/// Feeds the exchange what interrupted a step (a finished step is the caller's to feed).
+fn feed<T, U>(ex: &mut Exchange<U>, raced: Raced<T>) {
+    let now = Instant::now();
+    let event = match raced {
+        Raced::Done(_) => return,
+        // The timer slept until `at`: it is due, whatever the clock's rounding says.
+        Raced::Timer(t, at) => {
+            ex.handle(Event::TimerFired(t), now.max(at));
+            return;
+        }
+        Raced::ClientLeft => Event::ClientLeft,
+        Raced::LeftRotation => Event::LeftRotation,
+    };
+    ex.handle(event, now);
 }

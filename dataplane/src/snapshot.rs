@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 /// Gateway settings a request needs, copied out of the config.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Whole-request deadline for reading the body, and the longest wait on the engine.
+    /// Whole-request deadline: reading the body, waiting on engines and relaying the response.
     pub request_timeout: Duration,
+    /// Longest wait for a response head, per attempt (`server.first_byte_timeout`).
+    pub first_byte_timeout: Duration,
+    /// Longest silence mid-response before it is cut (`server.stream_idle_timeout`).
+    pub stream_idle_timeout: Duration,
     /// How long a connection may sit without a complete request head.
     pub header_read_timeout: Duration,
     /// Largest request body accepted.
@@ -287,6 +291,8 @@ impl ConfigPart {
             generation,
             settings: Settings {
                 request_timeout: s.request_timeout,
+                first_byte_timeout: s.first_byte_timeout(),
+                stream_idle_timeout: s.stream_idle_timeout,
                 header_read_timeout: s.header_read_timeout,
                 max_body_bytes: s.max_body_bytes,
                 connect_timeout: s.connect_timeout,

@@ -16,7 +16,8 @@ mod atomic_waker;
 mod block_hash;
 mod demand_sketch;
 mod doorbell;
-#[allow(unsafe_code)] // QueueTicket::try_admit moves its owner out of a ManuallyDrop (SAFETY comment inside)
+#[allow(unsafe_code)]
+// QueueTicket::try_admit moves its owner out of a ManuallyDrop (SAFETY comment inside)
 mod ledger;
 #[allow(unsafe_code)] // Arc raw-pointer handoff (SAFETY comments inside; loom_mailbox)
 mod mailbox;

@@ -113,7 +113,7 @@ fn a_client_that_stops_reading_releases_the_engine() {
     let gw = TestGateway::start(&config_yaml(
         &e,
         "round_robin",
-        "  request_timeout: 300ms\n",
+        "  stream_idle_timeout: 300ms\n",
         "",
     ));
     let mut c = connect(gw.addr);

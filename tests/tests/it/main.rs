@@ -8,6 +8,7 @@ mod calibrate;
 mod cli;
 mod disconnect;
 mod errors;
+mod exchange;
 mod fleet;
 mod lifecycle;
 mod live;

@@ -1,0 +1,159 @@
+//! The engine side of one attempt: connecting (pooled or fresh), the request bytes, and reading
+//! the response head. Timeouts are the exchange's timers, raced by the driver; none here.
+
+use crate::core_state::CoreView;
+use crate::http::read_more;
+use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
+use inferrail_wire::{push_decimal, push_header, Method, RequestHead, ResponseHead};
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+
+/// Bodies up to this size are sent in the same write as the request head.
+const COALESCE_BODY: usize = 64 * 1024;
+/// Largest response head accepted from an engine.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// Headers copied from the client to the engine: everything except hop-by-hop headers, those
+/// the gateway sets itself, and `expect` (the gateway sends the whole body at once).
+pub(crate) fn upstream_headers(head: &RequestHead, request_id: &str) -> Vec<u8> {
+    let connection = head.header("connection").unwrap_or(b"");
+    let mut out = Vec::with_capacity(head.bytes.len() + 64);
+    for (name, value) in head.header_lines() {
+        if is_hop_by_hop(name)
+            || listed_in_connection(connection, name)
+            || name.eq_ignore_ascii_case(b"host")
+            || name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"x-request-id")
+        {
+            continue;
+        }
+        push_header(&mut out, name, value);
+    }
+    push_header(&mut out, b"x-request-id", request_id.as_bytes());
+    out
+}
+
+/// The bytes of one upstream request for `authority`. The body is included when small.
+fn upstream_request(head: &RequestHead, common: &[u8], authority: &str, body: &[u8]) -> Vec<u8> {
+    let coalesce = body.len() <= COALESCE_BODY;
+    let mut out = Vec::with_capacity(common.len() + 128 + if coalesce { body.len() } else { 0 });
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(head.target());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    push_header(&mut out, b"host", authority.as_bytes());
+    out.extend_from_slice(common);
+    out.extend_from_slice(b"content-length: ");
+    push_decimal(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"\r\n");
+    if coalesce {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// Gets a connection to replica `replica`: a pooled one if `pooled` allows and one is idle, else
+/// a new one. Returns the stream and whether it came from the pool.
+pub(crate) async fn connect(
+    view: &CoreView,
+    replica: usize,
+    pooled: bool,
+) -> std::io::Result<(TcpStream, bool)> {
+    let settings = &view.snap.settings;
+    if pooled {
+        if let Some(state) = view.replicas.get(replica) {
+            if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout) {
+                return Ok((stream, true));
+            }
+        }
+    }
+    let addr = view
+        .snap
+        .replicas
+        .get(replica)
+        .ok_or_else(|| std::io::Error::other("replica left the snapshot"))?
+        .spec
+        .addr;
+    let stream = TcpStream::connect_addr(addr).await?;
+    let _ = stream.set_nodelay(true);
+    Ok((stream, false))
+}
+
+/// Writes the whole request: head and body (in one write when the body is small; the shared body
+/// buffer is written as is otherwise, never copied). False when the engine closed.
+pub(crate) async fn send(
+    upstream: &mut TcpStream,
+    head: &RequestHead,
+    common: &[u8],
+    authority: &str,
+    body: &bytes::Bytes,
+) -> bool {
+    let wire = upstream_request(head, common, authority, body);
+    let (res, _) = upstream.write_all(wire).await;
+    if res.is_err() {
+        return false;
+    }
+    if body.len() > COALESCE_BODY {
+        let (res, _) = upstream.write_all(body.clone()).await;
+        return res.is_ok();
+    }
+    true
+}
+
+/// Why no response head could be read.
+pub(crate) enum HeadError {
+    /// The engine closed; `received_any` when some byte had arrived.
+    Closed {
+        /// Some response byte had arrived.
+        received_any: bool,
+    },
+    /// Not an HTTP/1.x response head.
+    Protocol(String),
+}
+
+/// Outcome of reading the upstream head, before anything is sent to the client.
+pub(crate) struct UpstreamHead {
+    /// The response head.
+    pub(crate) head: ResponseHead,
+    /// Read buffer holding the head and any body bytes after it.
+    pub(crate) buf: Vec<u8>,
+    /// Bytes of `buf` the head takes.
+    pub(crate) head_len: usize,
+}
+
+/// Reads the engine's response head (skipping 1xx interim heads).
+pub(crate) async fn read_head(
+    upstream: &mut TcpStream,
+    mut buf: Vec<u8>,
+) -> Result<UpstreamHead, HeadError> {
+    buf.clear();
+    let mut received_any = false;
+    loop {
+        let (res, b) = read_more(upstream, buf).await;
+        buf = b;
+        match res {
+            Ok(0) | Err(_) => return Err(HeadError::Closed { received_any }),
+            Ok(_) => received_any = true,
+        }
+        loop {
+            match ResponseHead::parse(&buf, Method::Post) {
+                Ok(Some((head, len))) if head.status < 200 => {
+                    buf.drain(..len);
+                }
+                Ok(Some((head, len))) => {
+                    return Ok(UpstreamHead {
+                        head,
+                        buf,
+                        head_len: len,
+                    })
+                }
+                Ok(None) if buf.len() > MAX_RESPONSE_HEAD => {
+                    return Err(HeadError::Protocol("response head too large".into()))
+                }
+                Ok(None) => break,
+                Err(e) => return Err(HeadError::Protocol(e.to_string())),
+            }
+        }
+    }
+}
