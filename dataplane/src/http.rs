@@ -1,227 +1,27 @@
 //! One client connection: read requests, answer local routes, hand completions to the proxy.
 
+use crate::client_conn::{BodyFailure, ClientConn, HeadFailure};
 use crate::core_state::{CoreContext, CoreView};
-use crate::metrics::{CoreRecorder, ErrorReason, Outcome};
+use crate::metrics::{ErrorReason, Outcome};
 use crate::observe::sampled;
-use crate::proxy::{forward, ProxyRequest};
+use crate::proxy::forward;
+use crate::refusal::Refusal;
+use crate::request::ProxyRequest;
 use crate::snapshot::Snapshot;
 use inferrail_routing::split::{conversation_key, named_conversation, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
 use inferrail_wire::json_field::find_top_level_string;
 use inferrail_wire::{
-    find_model, full_response, openai_error, splice_model, BodyFraming, ChunkedDecoder, ErrorKind,
-    Method, ModelField, ModelFieldError, RequestHead,
+    find_model, full_response, splice_model, BodyFraming, ErrorKind, Method, ModelField,
+    ModelFieldError, RequestHead,
 };
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+
 use monoio::net::TcpStream;
-use monoio::time::timeout_at;
+
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Largest request head accepted (request line and headers).
-const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// Smallest free space offered to a socket read.
-const READ_CHUNK: usize = 16 * 1024;
-
-/// A client connection and the bytes read from it but not used yet.
-pub struct ClientConn {
-    /// The client socket.
-    pub stream: TcpStream,
-    /// Bytes read and not consumed, starting at `pos`.
-    buf: Vec<u8>,
-    pos: usize,
-    /// A response buffer kept between requests so a request does not allocate one.
-    spare: Vec<u8>,
-}
-
-/// Why the head of the next request could not be had.
-enum HeadFailure {
-    /// Clean end: the client closed or idled out between requests. Close silently.
-    Idle,
-    /// A partial head timed out: answer 408 and close.
-    Timeout,
-    /// Not HTTP, or too big: answer 400/431 and close.
-    Bad(ErrorKind, String),
-}
-
-/// Why a request body could not be read.
-enum BodyFailure {
-    TooLarge,
-    Timeout,
-    Closed,
-    Malformed(String),
-}
-
-/// Reads more bytes from `stream` into the spare capacity of `buf`, growing it when needed.
-pub(crate) async fn read_more(
-    stream: &mut TcpStream,
-    mut buf: Vec<u8>,
-) -> (std::io::Result<usize>, Vec<u8>) {
-    if buf.capacity() - buf.len() < READ_CHUNK {
-        buf.reserve(READ_CHUNK);
-    }
-    let len = buf.len();
-    let cap = buf.capacity();
-    let (res, slice) = stream
-        .read(monoio::buf::IoBufMut::slice_mut(buf, len..cap))
-        .await;
-    (res, slice.into_inner())
-}
-
-impl ClientConn {
-    /// Wraps an accepted socket.
-    pub fn new(stream: TcpStream) -> ClientConn {
-        ClientConn {
-            stream,
-            buf: Vec::with_capacity(READ_CHUNK),
-            pos: 0,
-            spare: Vec::new(),
-        }
-    }
-
-    /// Unconsumed bytes already read.
-    pub fn buffered(&self) -> &[u8] {
-        &self.buf[self.pos..]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.pos += n;
-        if self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        }
-    }
-
-    /// Reads until `deadline`; `Ok(0)` means the peer closed.
-    async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        } else if self.pos > self.buf.capacity() / 2 {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
-        }
-        let buf = std::mem::take(&mut self.buf);
-        match timeout_at(deadline.into(), read_more(&mut self.stream, buf)).await {
-            Ok((res, buf)) => {
-                self.buf = buf;
-                res
-            }
-            // The read was cancelled mid-flight: bytes may be lost, so the caller must close.
-            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-        }
-    }
-
-    async fn read_head(&mut self, idle_timeout: Duration) -> Result<RequestHead, HeadFailure> {
-        let deadline = Instant::now() + idle_timeout;
-        loop {
-            match RequestHead::parse(self.buffered()) {
-                Ok(Some((head, used))) => {
-                    self.consume(used);
-                    return Ok(head);
-                }
-                Ok(None) if self.buffered().len() > MAX_HEAD_BYTES => {
-                    return Err(HeadFailure::Bad(
-                        ErrorKind::HeaderFieldsTooLarge,
-                        "request head too large".into(),
-                    ))
-                }
-                Ok(None) => {}
-                Err(inferrail_wire::HeadError::TooManyHeaders) => {
-                    return Err(HeadFailure::Bad(
-                        ErrorKind::HeaderFieldsTooLarge,
-                        "too many header lines".into(),
-                    ))
-                }
-                Err(e) => return Err(HeadFailure::Bad(ErrorKind::BadRequest, e.to_string())),
-            }
-            let started = !self.buffered().is_empty();
-            match self.fill(deadline).await {
-                Ok(0) => return Err(HeadFailure::Idle),
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut && started => {
-                    return Err(HeadFailure::Timeout)
-                }
-                Err(_) => return Err(HeadFailure::Idle),
-            }
-        }
-    }
-
-    async fn read_body(
-        &mut self,
-        framing: BodyFraming,
-        max: u64,
-        deadline: Instant,
-    ) -> Result<Vec<u8>, BodyFailure> {
-        match framing {
-            BodyFraming::Length(n) => {
-                if n > max {
-                    return Err(BodyFailure::TooLarge);
-                }
-                let n = n as usize;
-                while self.buffered().len() < n {
-                    match self.fill(deadline).await {
-                        Ok(0) => return Err(BodyFailure::Closed),
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                            return Err(BodyFailure::Timeout)
-                        }
-                        Err(_) => return Err(BodyFailure::Closed),
-                    }
-                }
-                let body = self.buffered()[..n].to_vec();
-                self.consume(n);
-                Ok(body)
-            }
-            BodyFraming::Chunked => {
-                let mut decoder = ChunkedDecoder::new();
-                let mut body = Vec::new();
-                loop {
-                    let progress = decoder
-                        .feed(&self.buf[self.pos..], Some(&mut body))
-                        .map_err(|e| BodyFailure::Malformed(e.to_string()))?;
-                    self.consume(progress.consumed);
-                    if body.len() as u64 > max {
-                        return Err(BodyFailure::TooLarge);
-                    }
-                    if progress.done {
-                        return Ok(body);
-                    }
-                    match self.fill(deadline).await {
-                        Ok(0) => return Err(BodyFailure::Closed),
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                            return Err(BodyFailure::Timeout)
-                        }
-                        Err(_) => return Err(BodyFailure::Closed),
-                    }
-                }
-            }
-            BodyFraming::UntilClose => Err(BodyFailure::Malformed("no body framing".into())),
-        }
-    }
-
-    /// The connection's spare buffer (empty, possibly with capacity).
-    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.spare)
-    }
-
-    /// Keeps `buf` for the next request unless it grew large.
-    pub(crate) fn put_spare(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() <= 4 * READ_CHUNK {
-            buf.clear();
-            self.spare = buf;
-        }
-    }
-
-    /// Writes `bytes` to the client; false when the client is gone.
-    pub async fn send(&mut self, bytes: Vec<u8>) -> bool {
-        let (res, _) = self.stream.write_all(bytes).await;
-        res.is_ok()
-    }
-}
+use std::time::Instant;
 
 /// Serves requests on one client connection until it closes, errs, idles out or the gateway
 /// shuts down.
@@ -282,74 +82,6 @@ fn route(path: &[u8]) -> Option<Route> {
         b"/v1/models" => Some(Route::Models),
         b"/v1/chat/completions" | b"/v1/completions" => Some(Route::Completion),
         _ => None,
-    }
-}
-
-/// An error the gateway answers itself, in the OpenAI shape.
-pub(crate) struct Refusal {
-    kind: ErrorKind,
-    reason: ErrorReason,
-    message: String,
-    /// `param` of the error body.
-    param: Option<&'static str>,
-    /// `allow` header value for 405.
-    allow: &'static [u8],
-    /// The connection must close after the answer (its body was not read).
-    close: bool,
-}
-
-impl Refusal {
-    /// A refusal that keeps the connection open.
-    pub(crate) fn new(kind: ErrorKind, reason: ErrorReason, message: String) -> Refusal {
-        Refusal {
-            kind,
-            reason,
-            message,
-            param: None,
-            allow: b"",
-            close: false,
-        }
-    }
-
-    fn closing(mut self, close: bool) -> Refusal {
-        self.close |= close;
-        self
-    }
-
-    fn allow(mut self, allow: &'static [u8]) -> Refusal {
-        self.allow = allow;
-        self
-    }
-
-    fn param(mut self, param: &'static str) -> Refusal {
-        self.param = Some(param);
-        self
-    }
-
-    /// Counts the error on this core.
-    pub(crate) fn record(self, recorder: &CoreRecorder) -> Refusal {
-        recorder.error(self.reason);
-        self
-    }
-
-    /// The response bytes: OpenAI error body, `x-request-id`, `retry-after` on 503, `allow` on 405.
-    pub(crate) fn response(&self, request_id: &str, head_only: bool, close: bool) -> Vec<u8> {
-        let body = openai_error(self.kind, &self.message, self.param);
-        let mut headers: Vec<(&str, &[u8])> = vec![("x-request-id", request_id.as_bytes())];
-        if self.kind == ErrorKind::ServiceUnavailable {
-            headers.push(("retry-after", b"1"));
-        }
-        if !self.allow.is_empty() {
-            headers.push(("allow", self.allow));
-        }
-        full_response(
-            self.kind.status(),
-            &headers,
-            Some("application/json"),
-            &body,
-            head_only,
-            close || self.close,
-        )
     }
 }
 

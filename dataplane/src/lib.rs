@@ -9,6 +9,7 @@
 #![deny(rust_2018_idioms)]
 #![warn(missing_docs)]
 
+pub mod client_conn;
 pub mod core_state;
 pub mod core_stats;
 pub mod cores;
@@ -24,8 +25,10 @@ pub mod pool;
 pub mod predict;
 mod prediction;
 pub mod proxy;
+pub mod refusal;
 mod relay;
 pub mod reports;
+pub mod request;
 pub mod shutdown;
 pub mod snapshot;
 #[allow(unsafe_code)] // recv(MSG_PEEK) and shutdown(2) on raw fds (SAFETY comments inside)

@@ -5,7 +5,7 @@
 use crate::core_state::{CoreContext, CoreView};
 use crate::observe::{DecisionRecord, ShadowJob};
 use crate::predict::{Budget, PromptFacts};
-use crate::proxy::ProxyRequest;
+use crate::request::ProxyRequest;
 use inferrail_routing::{BrainParams, Candidate, FleetFacts, RouteInput};
 use inferrail_shards::index::RecordTicket;
 use std::time::{Duration, Instant};

@@ -4,50 +4,24 @@
 //! stall), the client leaving and the replica leaving rotation, and feeds back what happened.
 //! Every retry rule is the exchange's; none is here.
 
+use crate::client_conn::{read_more, ClientConn};
 use crate::core_state::{CoreContext, CoreView, LeftRotation, ReplicaSlot};
 use crate::errors::NoCandidate;
 use crate::exchange::{Action, Event, Exchange, Limits, Timer};
-use crate::http::{read_more, ClientConn, Refusal};
 use crate::metrics::Outcome;
 use crate::prediction::{observe_decision, Prediction};
+use crate::refusal::Refusal;
 use crate::relay::{client_head, HeadExtras, Relay};
+use crate::request::ProxyRequest;
 use crate::sockets::ClientWatch;
 use crate::upstream::{self, HeadError, UpstreamHead};
 use inferrail_routing::brain;
 use inferrail_shards::index::RecordTicket;
-use inferrail_shards::tokenize::Endpoint;
-use inferrail_wire::RequestHead;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 use std::future::{pending, Future};
 use std::rc::Rc;
 use std::time::Instant;
-
-/// A completion request that was read and validated, ready to go upstream.
-pub struct ProxyRequest {
-    /// The client's request head.
-    pub head: RequestHead,
-    /// The body to forward (the client's bytes, with only the model name spliced if needed),
-    /// read once and shared by every attempt without a copy.
-    pub body: bytes::Bytes,
-    /// Model index in the snapshot.
-    pub model: usize,
-    /// The model's split arm this request belongs to (0 without a split).
-    pub arm: usize,
-    /// The request's routing decisions go to the decision log.
-    pub sampled: bool,
-    /// Which completions endpoint it was sent to.
-    pub endpoint: Endpoint,
-    /// The request id (client's or generated), sent upstream and back.
-    pub request_id: String,
-    /// When the request head was read.
-    pub started: Instant,
-    /// When the whole request must be over (`server.request_timeout` after `started`).
-    pub deadline: Instant,
-    /// The conversation's hash (`x-session-id`, else `user`), when session affinity is on and
-    /// the request names one.
-    pub session: Option<u64>,
-}
 
 /// The attempt in progress: its replica slot, a watch on the replica leaving rotation, its
 /// connection once open and its response once the head was read.

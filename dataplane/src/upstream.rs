@@ -1,8 +1,8 @@
 //! The engine side of one attempt: connecting (pooled or fresh), the request bytes, and reading
 //! the response head. Timeouts are the exchange's timers, raced by the driver; none here.
 
+use crate::client_conn::read_more;
 use crate::core_state::CoreView;
-use crate::http::read_more;
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{push_decimal, push_header, Method, RequestHead, ResponseHead};
 use monoio::io::AsyncWriteRentExt;

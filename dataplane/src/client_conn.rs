@@ -1,0 +1,214 @@
+//! A client connection's reading side: the bytes read but not used yet, request heads within the
+//! header timeout, bodies bounded in size and time, and whole writes back.
+
+use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, RequestHead};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+use monoio::time::timeout_at;
+use std::time::{Duration, Instant};
+
+/// Largest request head accepted (request line and headers).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Smallest free space offered to a socket read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A client connection and the bytes read from it but not used yet.
+pub struct ClientConn {
+    /// The client socket.
+    pub stream: TcpStream,
+    /// Bytes read and not consumed, starting at `pos`.
+    buf: Vec<u8>,
+    pos: usize,
+    /// A response buffer kept between requests so a request does not allocate one.
+    spare: Vec<u8>,
+}
+
+/// Why the head of the next request could not be had.
+pub(crate) enum HeadFailure {
+    /// Clean end: the client closed or idled out between requests. Close silently.
+    Idle,
+    /// A partial head timed out: answer 408 and close.
+    Timeout,
+    /// Not HTTP, or too big: answer 400/431 and close.
+    Bad(ErrorKind, String),
+}
+
+/// Why a request body could not be read.
+pub(crate) enum BodyFailure {
+    TooLarge,
+    Timeout,
+    Closed,
+    Malformed(String),
+}
+
+/// Reads more bytes from `stream` into the spare capacity of `buf`, growing it when needed.
+pub(crate) async fn read_more(
+    stream: &mut TcpStream,
+    mut buf: Vec<u8>,
+) -> (std::io::Result<usize>, Vec<u8>) {
+    if buf.capacity() - buf.len() < READ_CHUNK {
+        buf.reserve(READ_CHUNK);
+    }
+    let len = buf.len();
+    let cap = buf.capacity();
+    let (res, slice) = stream
+        .read(monoio::buf::IoBufMut::slice_mut(buf, len..cap))
+        .await;
+    (res, slice.into_inner())
+}
+
+impl ClientConn {
+    /// Wraps an accepted socket.
+    pub fn new(stream: TcpStream) -> ClientConn {
+        ClientConn {
+            stream,
+            buf: Vec::with_capacity(READ_CHUNK),
+            pos: 0,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Unconsumed bytes already read.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+    }
+
+    /// Reads until `deadline`; `Ok(0)` means the peer closed.
+    async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > self.buf.capacity() / 2 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        match timeout_at(deadline.into(), read_more(&mut self.stream, buf)).await {
+            Ok((res, buf)) => {
+                self.buf = buf;
+                res
+            }
+            // The read was cancelled mid-flight: bytes may be lost, so the caller must close.
+            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+
+    pub(crate) async fn read_head(
+        &mut self,
+        idle_timeout: Duration,
+    ) -> Result<RequestHead, HeadFailure> {
+        let deadline = Instant::now() + idle_timeout;
+        loop {
+            match RequestHead::parse(self.buffered()) {
+                Ok(Some((head, used))) => {
+                    self.consume(used);
+                    return Ok(head);
+                }
+                Ok(None) if self.buffered().len() > MAX_HEAD_BYTES => {
+                    return Err(HeadFailure::Bad(
+                        ErrorKind::HeaderFieldsTooLarge,
+                        "request head too large".into(),
+                    ))
+                }
+                Ok(None) => {}
+                Err(inferrail_wire::HeadError::TooManyHeaders) => {
+                    return Err(HeadFailure::Bad(
+                        ErrorKind::HeaderFieldsTooLarge,
+                        "too many header lines".into(),
+                    ))
+                }
+                Err(e) => return Err(HeadFailure::Bad(ErrorKind::BadRequest, e.to_string())),
+            }
+            let started = !self.buffered().is_empty();
+            match self.fill(deadline).await {
+                Ok(0) => return Err(HeadFailure::Idle),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut && started => {
+                    return Err(HeadFailure::Timeout)
+                }
+                Err(_) => return Err(HeadFailure::Idle),
+            }
+        }
+    }
+
+    pub(crate) async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+        max: u64,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, BodyFailure> {
+        match framing {
+            BodyFraming::Length(n) => {
+                if n > max {
+                    return Err(BodyFailure::TooLarge);
+                }
+                let n = n as usize;
+                while self.buffered().len() < n {
+                    match self.fill(deadline).await {
+                        Ok(0) => return Err(BodyFailure::Closed),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Err(BodyFailure::Timeout)
+                        }
+                        Err(_) => return Err(BodyFailure::Closed),
+                    }
+                }
+                let body = self.buffered()[..n].to_vec();
+                self.consume(n);
+                Ok(body)
+            }
+            BodyFraming::Chunked => {
+                let mut decoder = ChunkedDecoder::new();
+                let mut body = Vec::new();
+                loop {
+                    let progress = decoder
+                        .feed(&self.buf[self.pos..], Some(&mut body))
+                        .map_err(|e| BodyFailure::Malformed(e.to_string()))?;
+                    self.consume(progress.consumed);
+                    if body.len() as u64 > max {
+                        return Err(BodyFailure::TooLarge);
+                    }
+                    if progress.done {
+                        return Ok(body);
+                    }
+                    match self.fill(deadline).await {
+                        Ok(0) => return Err(BodyFailure::Closed),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Err(BodyFailure::Timeout)
+                        }
+                        Err(_) => return Err(BodyFailure::Closed),
+                    }
+                }
+            }
+            BodyFraming::UntilClose => Err(BodyFailure::Malformed("no body framing".into())),
+        }
+    }
+
+    /// The connection's spare buffer (empty, possibly with capacity).
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.spare)
+    }
+
+    /// Keeps `buf` for the next request unless it grew large.
+    pub(crate) fn put_spare(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= 4 * READ_CHUNK {
+            buf.clear();
+            self.spare = buf;
+        }
+    }
+
+    /// Writes `bytes` to the client; false when the client is gone.
+    pub async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        let (res, _) = self.stream.write_all(bytes).await;
+        res.is_ok()
+    }
+}
