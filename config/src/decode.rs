@@ -318,7 +318,7 @@ impl Decoder {
                 &f,
                 "max_pending",
                 Replica::DEFAULT_MAX_PENDING,
-                |d, p, v| d.u32_in(p, v, 1, u32::MAX),
+                |d, p, v| d.u32_in(p, v, 0, u32::MAX),
             ),
             kv_capacity_blocks: self.optional(&f, "kv_capacity_blocks", |d, p, v| {
                 d.uint(p, v, 1, u64::MAX)
@@ -908,7 +908,7 @@ observability:
     #[test]
     fn replica_fields_are_required_and_checked() {
         assert_eq!(
-            errs("models: [{name: m}]\nreplicas:\n  - {}\n  - {id: 'gpu 0', url: 'https://a:1', models: []}\n  - {id: r2, url: 'http://a:2/v1', models: [m], max_concurrency: 0, max_pending: 0, kv_capacity_blocks: 0}\n"),
+            errs("models: [{name: m}]\nreplicas:\n  - {}\n  - {id: 'gpu 0', url: 'https://a:1', models: []}\n  - {id: r2, url: 'http://a:2/v1', models: [m], max_concurrency: 0, max_pending: -1, kv_capacity_blocks: 0}\n"),
             [
                 "replicas[0].id: required",
                 "replicas[0].url: required",
@@ -918,7 +918,7 @@ observability:
                 "replicas[1].models: must list at least one model",
                 "replicas[2].url: must not have a path (got \"/v1\" in \"http://a:2/v1\"); give the engine's base URL, like http://10.0.0.10:8000",
                 "replicas[2].max_concurrency: must be at least 1 (got 0)",
-                "replicas[2].max_pending: must be at least 1 (got 0)",
+                "replicas[2].max_pending: must be at least 0 (got -1)",
                 "replicas[2].kv_capacity_blocks: must be at least 1 (got 0)",
             ]
         );

@@ -189,7 +189,8 @@ pub struct Replica {
     pub models: Vec<String>,
     /// Most requests in flight at once. Default 512, >= 1.
     pub max_concurrency: u32,
-    /// Most requests queued at the router when it is full. Default 256, >= 1.
+    /// Most requests queued at the router for a free slot while the replica is at its
+    /// `max_concurrency` (fleet-wide, every core together); 0 refuses at once. Default 256.
     pub max_pending: u32,
     /// KV cache size in blocks; learned from the engine (or `index.default_capacity_blocks`)
     /// when `None`.

@@ -19,14 +19,13 @@ use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
 use inferrail_dataplane::fleet::FleetClock;
+use inferrail_dataplane::metrics::ReplicaGauges;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
 use inferrail_dataplane::predict::Predictor;
 use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
-use inferrail_dataplane::snapshot::{
-    ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec, Snapshot,
-};
+use inferrail_dataplane::snapshot::{ConfigPart, EngineReport, ReplicaLive, ReplicaSpec, Snapshot};
 use inferrail_routing::FleetFacts;
-use inferrail_sync::Mailbox;
+use inferrail_sync::{LedgerReading, Mailbox};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
@@ -721,16 +720,33 @@ impl Controller {
         self.publish();
     }
 
-    /// Requests in flight and pending on replica `id` right now, over every core and epoch.
-    pub fn load_now(&self, id: &str) -> CoreLoad {
-        let epochs: Vec<Arc<MetricsEpoch>> = self
-            .epochs
+    /// Replica `id`'s ledger as it reads now (every core's requests, whatever snapshot they
+    /// were routed with), or an idle reading when the replica is not in the current snapshot.
+    pub fn load_now(&self, id: &str) -> LedgerReading {
+        let now = self.observers.fleet_clock.micros(Instant::now());
+        self.current
+            .replicas
             .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect();
-        cross_core_load(&epochs, id, self.core_count)
-            .into_iter()
-            .fold(CoreLoad::default(), CoreLoad::plus)
+            .find(|r| r.spec.id == id)
+            .map(|r| r.spec.ledger.reading(now))
+            .unwrap_or_default()
+    }
+
+    /// Every current replica's `(in_flight, pending)` from its ledger, by id, for `/metrics`.
+    pub fn gauges(&self) -> ReplicaGauges {
+        let now = self.observers.fleet_clock.micros(Instant::now());
+        self.current
+            .replicas
+            .iter()
+            .map(|r| {
+                let reading = r.spec.ledger.reading(now);
+                let load = (
+                    i64::from(reading.in_flight),
+                    i64::from(reading.awaiting_head),
+                );
+                (r.spec.id.clone(), load)
+            })
+            .collect()
     }
 
     fn sync_discovery(&mut self, config: &Config) {
@@ -778,23 +794,16 @@ impl Controller {
             e
         };
         self.epochs.retain(|w| w.strong_count() > 0);
-        let live_epochs: Vec<Arc<MetricsEpoch>> = self
-            .epochs
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect();
         let replicas: Vec<(ReplicaSpec, ReplicaLive)> = self
             .registry
             .members()
             .iter()
             .map(|m| {
                 let key = m.spec.key;
-                let per_core = cross_core_load(&live_epochs, &m.spec.id, self.core_count);
                 let live = ReplicaLive {
                     routable: self.health.routable(key, now),
                     failure_streak: self.health.failure_streak(key) > 0,
                     report: self.facts.get(&key).and_then(|f| f.report),
-                    per_core,
                 };
                 (m.spec.clone(), live)
             })
@@ -827,15 +836,6 @@ impl Controller {
     pub fn count_reload(&mut self, result: &'static str) {
         *self.counters.reloads.entry(result).or_insert(0) += 1;
     }
-
-    /// Every core's (in flight, pending) on each member, summed over cores, by key.
-    pub fn fleet_load(&self) -> HashMap<u64, CoreLoad> {
-        self.current
-            .replicas
-            .iter()
-            .map(|r| (r.spec.key, r.total))
-            .collect()
-    }
 }
 
 /// Checks that a candidate config can be applied live: its policies exist and its static
@@ -867,25 +867,4 @@ fn members_for_health(registry: &Registry) -> Vec<(u64, Vec<String>)> {
         .iter()
         .map(|m| (m.spec.key, m.spec.models.clone()))
         .collect()
-}
-
-/// Each core's requests on replica `id`, summed over every live metrics epoch (requests routed
-/// with an older snapshot still count where they run).
-fn cross_core_load(epochs: &[Arc<MetricsEpoch>], id: &str, cores: usize) -> Vec<CoreLoad> {
-    let mut out = vec![CoreLoad::default(); cores];
-    for epoch in epochs {
-        let Some(slot) = epoch.layout.replicas.iter().position(|r| r == id) else {
-            continue;
-        };
-        for (core, recorder) in epoch.recorders.iter().enumerate().take(cores) {
-            let (in_flight, pending) = recorder.replica_load(slot);
-            let prompt_tokens = recorder.replica_prompt_tokens(slot);
-            out[core] = out[core].plus(CoreLoad {
-                in_flight: in_flight.clamp(0, i64::from(u32::MAX)) as u32,
-                pending: pending.clamp(0, i64::from(u32::MAX)) as u32,
-                prompt_tokens: prompt_tokens.max(0) as u64,
-            });
-        }
-    }
-    out
 }

@@ -168,7 +168,6 @@ impl Gateway {
                     m.spec.clone(),
                     ReplicaLive {
                         routable: true,
-                        per_core: vec![Default::default(); core_count],
                         ..ReplicaLive::default()
                     },
                 )

@@ -7,7 +7,7 @@
 
 use crate::core_stats::{BrainStats, CoreStats, PredictionStats};
 use crate::doorbell::Doorbell;
-use crate::fleet::{FleetClock, FleetReplica};
+use crate::fleet::{FleetClock, SharedLedger};
 use crate::metrics::CoreRecorder;
 use crate::observe::{DecisionRecord, ShadowJob, Sink};
 use crate::offers;
@@ -15,11 +15,12 @@ use crate::pool::IdlePool;
 use crate::predict::Predictor;
 use crate::reports::{ReplicaReport, ReportQueue};
 use crate::shutdown::ShutdownSignal;
-use crate::snapshot::{core_share, Snapshot};
+use crate::snapshot::{ReplicaEntry, Snapshot};
 use inferrail_config::PolicyKind;
+use inferrail_routing::fleet::secs_to_micros;
 use inferrail_routing::{brain, policies, Candidate, Decision, FleetFacts, Rng};
 use inferrail_routing::{RouteInput, RoutingPolicy};
-use inferrail_sync::Mailbox;
+use inferrail_sync::{Admission, Mailbox, QueueTicket, ReplicaLedger};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,16 +36,6 @@ use std::time::Instant;
 pub struct ReplicaState {
     /// Registry key (matches the snapshot entry's `spec.key`).
     pub key: u64,
-    /// Requests this core has in flight to the replica.
-    pub in_flight: Cell<u32>,
-    /// Requests this core has waiting for the replica's response head.
-    pub pending: Cell<u32>,
-    /// Prompt tokens of this core's requests in flight to the replica (tokenized ones).
-    pub prompt_tokens: Cell<u64>,
-    /// This core's share of the replica's `max_concurrency`.
-    pub cap_in_flight: Cell<u32>,
-    /// This core's share of the replica's `max_pending`.
-    pub cap_pending: Cell<u32>,
     /// Idle keep-alive connections to the replica.
     pub pool: IdlePool,
     /// Failed requests in a row this core saw on the replica.
@@ -63,11 +54,6 @@ impl ReplicaState {
     fn new(key: u64) -> ReplicaState {
         ReplicaState {
             key,
-            in_flight: Cell::new(0),
-            pending: Cell::new(0),
-            prompt_tokens: Cell::new(0),
-            cap_in_flight: Cell::new(0),
-            cap_pending: Cell::new(0),
             pool: IdlePool::default(),
             local_streak: Cell::new(0),
             routable: Cell::new(true),
@@ -75,12 +61,6 @@ impl ReplicaState {
             down_waiters: RefCell::new(HashMap::new()),
             next_waiter: Cell::new(0),
         }
-    }
-
-    /// True when one more request fits under both of this core's caps.
-    pub fn has_room(&self) -> bool {
-        self.in_flight.get() < self.cap_in_flight.get()
-            && self.pending.get() < self.cap_pending.get()
     }
 
     /// Whether the newest snapshot this core adopted has the replica in rotation.
@@ -153,61 +133,34 @@ impl Drop for LeftRotation {
     }
 }
 
-/// Holds one request's slot on a replica: counted in flight (and pending until the response head
-/// arrives, and in the replica's prefill queue until its first response byte), on this core and
-/// fleet-wide. Dropping it releases whatever it still holds.
+/// Holds one request's slot on a replica: its admission in the replica's one ledger (in flight,
+/// waiting for the head until it arrives, in the prefill queue until the first response byte,
+/// its prompt tokens), and this core's state of the replica. Dropping it releases whatever it
+/// still holds, exactly once.
 pub struct ReplicaSlot {
     replica: Rc<ReplicaState>,
-    recorder: Arc<CoreRecorder>,
-    metrics_slot: usize,
-    pending: bool,
-    prompt_tokens: u32,
-    fleet: Arc<FleetReplica>,
+    admission: Admission<SharedLedger>,
     clock: FleetClock,
-    awaiting_first_byte: bool,
 }
 
 impl ReplicaSlot {
     /// The first byte of the response body arrived: the request leaves the replica's prefill
     /// queue (which empties when it was the last one waiting).
     pub fn first_byte(&mut self) {
-        if self.awaiting_first_byte {
-            self.awaiting_first_byte = false;
-            self.fleet
+        if self.admission.awaiting_first_byte() {
+            self.admission
                 .first_byte(self.clock.micros(std::time::Instant::now()));
         }
     }
 
-    /// The response head arrived: the request no longer counts as pending.
+    /// The response head arrived: the request no longer waits for it.
     pub fn head_received(&mut self) {
-        if self.pending {
-            self.pending = false;
-            self.replica.pending.set(self.replica.pending.get() - 1);
-            self.recorder.pending(self.metrics_slot, -1);
-        }
+        self.admission.head_received();
     }
 
     /// The replica this slot is on.
     pub fn replica(&self) -> &Rc<ReplicaState> {
         &self.replica
-    }
-}
-
-impl Drop for ReplicaSlot {
-    fn drop(&mut self) {
-        self.head_received();
-        self.first_byte();
-        self.fleet.finished();
-        self.replica.in_flight.set(self.replica.in_flight.get() - 1);
-        self.recorder.in_flight(self.metrics_slot, -1);
-        if self.prompt_tokens > 0 {
-            let n = u64::from(self.prompt_tokens);
-            self.replica
-                .prompt_tokens
-                .set(self.replica.prompt_tokens.get().saturating_sub(n));
-            self.recorder
-                .prompt_tokens(self.metrics_slot, -i64::from(self.prompt_tokens));
-        }
     }
 }
 
@@ -226,15 +179,15 @@ pub struct CoreView {
     pub arms: Vec<Vec<PolicyCell>>,
     /// This core's recorder in the snapshot's metrics epoch.
     pub recorder: Arc<CoreRecorder>,
-    /// This core's index (to read the other cores' load out of the snapshot).
-    core: usize,
 }
 
 impl CoreView {
-    /// Replicas serving `model` that are in rotation and have room on this core, skipping `tried`
-    /// unless every such replica was tried already. Each carries the fleet-wide load: this core's
-    /// exact counts plus the other cores' as the snapshot last read them, and the engine's own
-    /// report while it is younger than `load.max_age`.
+    /// Replicas serving `model` that are in rotation and under their `max_concurrency` (as the
+    /// ledger reads now: only [`CoreView::acquire`] decides whether one more fits), skipping
+    /// `tried` unless every such replica was tried already. Each carries the replica's one
+    /// ledger's load, fleet-wide and exact at the reading, and the engine's own report while it is
+    /// younger than `load.max_age`: the same offers `/admin/explain` prices
+    /// ([`offers::offers`]).
     pub fn candidates(
         &self,
         model: usize,
@@ -242,28 +195,9 @@ impl CoreView {
         now: Instant,
         fleet_now: u64,
     ) -> Vec<Candidate> {
-        let snap = &self.snap;
-        let max_age = snap.settings.max_report_age;
-        let mut candidates: Vec<Candidate> = snap.models[model]
-            .replicas
-            .iter()
-            .filter_map(|&i| {
-                let entry = snap.replicas.get(i)?;
-                let r = self.replicas.get(i)?;
-                if !entry.live.routable || !r.has_room() {
-                    return None;
-                }
-                let others = entry.others(self.core);
-                Some(offers::candidate(
-                    i,
-                    entry,
-                    r.pending.get().saturating_add(others.pending),
-                    r.prompt_tokens.get().saturating_add(others.prompt_tokens),
-                    now,
-                    max_age,
-                    fleet_now,
-                ))
-            })
+        let mut candidates: Vec<Candidate> = offers::offers(&self.snap, model, now, fleet_now)
+            .into_iter()
+            .filter_map(|(_, offer)| offer.ok())
             .collect();
         if candidates.iter().any(|c| !tried.contains(&c.replica)) {
             candidates.retain(|c| !tried.contains(&c.replica));
@@ -300,9 +234,10 @@ impl CoreView {
             .map_or(PolicyKind::LeastRequest, |a| a.policy)
     }
 
-    /// Takes a slot on replica `index` (in flight and pending, and `prompt_tokens` when the
-    /// prompt was tokenized), and queues `prefill_secs` on its fleet-wide prefill queue at
-    /// `now_micros` (on `clock`). The caller checked `has_room`.
+    /// Admits the request on replica `index` in its ledger (in flight, waiting for a head,
+    /// `prompt_tokens` when the prompt was tokenized, `prefill_secs` queued at `now_micros` on
+    /// `clock`), if it is under its fleet-wide `max_concurrency` at this instant; `None` when it
+    /// is full (another core took the last slot since the candidates were read) or unknown.
     pub fn acquire(
         &self,
         index: usize,
@@ -312,27 +247,34 @@ impl CoreView {
         now_micros: u64,
     ) -> Option<ReplicaSlot> {
         let replica = self.replicas.get(index)?.clone();
-        let fleet = self.snap.replicas.get(index)?.spec.fleet.clone();
-        fleet.routed(now_micros, prefill_secs);
-        replica.in_flight.set(replica.in_flight.get() + 1);
-        replica.pending.set(replica.pending.get() + 1);
-        self.recorder.in_flight(index, 1);
-        self.recorder.pending(index, 1);
-        if prompt_tokens > 0 {
-            replica
-                .prompt_tokens
-                .set(replica.prompt_tokens.get() + u64::from(prompt_tokens));
-            self.recorder.prompt_tokens(index, i64::from(prompt_tokens));
-        }
+        let spec = &self.snap.replicas.get(index)?.spec;
+        let admission = ReplicaLedger::try_admit_owned(
+            spec.ledger.clone(),
+            spec.max_concurrency,
+            prompt_tokens,
+            now_micros,
+            secs_to_micros(prefill_secs),
+        )?;
         Some(ReplicaSlot {
             replica,
-            recorder: self.recorder.clone(),
-            metrics_slot: index,
-            pending: true,
-            prompt_tokens,
-            fleet,
+            admission,
             clock,
-            awaiting_first_byte: true,
+        })
+    }
+
+    /// Takes a place in the gateway's queue of a full replica of `model` that is in rotation (the
+    /// one with the fewest queued), under its `max_pending`; `None` when every such queue is full.
+    pub fn enqueue(&self, model: usize) -> Option<QueueTicket<SharedLedger>> {
+        let snap = &self.snap;
+        let mut full: Vec<&ReplicaEntry> = snap.models[model]
+            .replicas
+            .iter()
+            .filter_map(|&i| snap.replicas.get(i))
+            .filter(|e| e.live.routable)
+            .collect();
+        full.sort_by_key(|e| e.spec.ledger.queued());
+        full.into_iter().find_map(|e| {
+            ReplicaLedger::try_enqueue_owned(e.spec.ledger.clone(), e.spec.max_pending)
         })
     }
 }
@@ -440,7 +382,7 @@ impl CoreContext {
         seed: u64,
         id_seed: u64,
     ) -> CoreContext {
-        let view = build_view(index, cores, snapshot, None);
+        let view = build_view(index, snapshot, None);
         CoreContext {
             index,
             cores,
@@ -479,7 +421,7 @@ impl CoreContext {
             return false;
         };
         let old = self.view.borrow().clone();
-        let view = build_view(self.index, self.cores, newer, Some(&old));
+        let view = build_view(self.index, newer, Some(&old));
         *self.view.borrow_mut() = Rc::new(view);
         true
     }
@@ -557,7 +499,7 @@ impl CoreContext {
 
 /// Builds core `core`'s view of `snap`, keeping from `old` the state of replicas whose key stays
 /// and the policy objects of arms whose model, policy and settings fingerprint stay.
-fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreView>) -> CoreView {
+fn build_view(core: usize, snap: Arc<Snapshot>, old: Option<&CoreView>) -> CoreView {
     let replicas: Vec<Rc<ReplicaState>> = snap
         .replicas
         .iter()
@@ -566,12 +508,6 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
                 .and_then(|o| o.replicas.iter().find(|s| s.key == entry.spec.key))
                 .cloned()
                 .unwrap_or_else(|| Rc::new(ReplicaState::new(entry.spec.key)));
-            state
-                .cap_in_flight
-                .set(core_share(entry.spec.max_concurrency, cores, core));
-            state
-                .cap_pending
-                .set(core_share(entry.spec.max_pending, cores, core));
             state.set_routable(entry.live.routable);
             state
         })
@@ -611,7 +547,6 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
         replicas,
         arms,
         recorder,
-        core,
     }
 }
 
@@ -619,7 +554,7 @@ fn build_view(core: usize, cores: usize, snap: Arc<Snapshot>, old: Option<&CoreV
 mod tests {
     use super::*;
     use crate::metrics::{MetricsEpoch, MetricsLayout};
-    use crate::snapshot::{ConfigPart, CoreLoad, EngineReport, ReplicaLive, ReplicaSpec};
+    use crate::snapshot::{ConfigPart, EngineReport, ReplicaLive, ReplicaSpec};
     use std::time::Duration;
 
     const CONFIG: &str = "\
@@ -641,7 +576,7 @@ replicas:
             max_concurrency: 100,
             max_pending: 100,
             kv_capacity_blocks: None,
-            fleet: Arc::new(FleetReplica::new()),
+            ledger: SharedLedger::new(),
         }
     }
 
@@ -667,23 +602,11 @@ replicas:
         ))
     }
 
-    pub(super) fn live(
-        routable: bool,
-        per_core: [(u32, u32); 2],
-        report: Option<EngineReport>,
-    ) -> ReplicaLive {
+    pub(super) fn live(routable: bool, report: Option<EngineReport>) -> ReplicaLive {
         ReplicaLive {
             routable,
             failure_streak: false,
             report,
-            per_core: per_core
-                .iter()
-                .map(|&(in_flight, pending)| CoreLoad {
-                    in_flight,
-                    pending,
-                    prompt_tokens: 0,
-                })
-                .collect(),
         }
     }
 
@@ -705,28 +628,21 @@ replicas:
         let now = Instant::now();
         let snap = snapshot(
             vec![
-                (
-                    spec(1, "a"),
-                    live(true, [(5, 1), (7, 2)], Some(report(now, 3.0))),
-                ),
+                (spec(1, "a"), live(true, Some(report(now, 3.0)))),
                 (
                     spec(2, "b"),
-                    live(
-                        true,
-                        [(0, 0), (4, 0)],
-                        Some(report(now - Duration::from_secs(1), 9.0)),
-                    ),
+                    live(true, Some(report(now - Duration::from_secs(1), 9.0))),
                 ),
             ],
             1,
         );
-        // In flight comes from the fleet-wide counters (the one request acquired here), pending
-        // from this core's live cells plus the other cores' snapshot counts.
-        let view = build_view(0, 2, snap, None);
+        // Every count comes from the replica's one ledger: the one request admitted here is in
+        // flight, waiting for its head, and holds its prompt tokens and prefill.
+        let view = build_view(0, snap, None);
         let _slot = view.acquire(0, 100, 0.25, FleetClock::start(), 0).unwrap();
         let c = view.candidates(0, &[], now, 0);
         assert_eq!(c.len(), 2);
-        assert_eq!((c[0].in_flight, c[0].pending), (1, 1 + 2));
+        assert_eq!((c[0].in_flight, c[0].pending), (1, 1));
         assert!(
             c[0].queued_prefill_secs > 0.2,
             "the acquired prefill is queued"
@@ -749,12 +665,12 @@ replicas:
         let now = Instant::now();
         let first = snapshot(
             vec![
-                (spec(1, "a"), live(true, [(0, 0); 2], None)),
-                (spec(2, "b"), live(true, [(0, 0); 2], None)),
+                (spec(1, "a"), live(true, None)),
+                (spec(2, "b"), live(true, None)),
             ],
             1,
         );
-        let view = build_view(0, 2, first, None);
+        let view = build_view(0, first, None);
         let a = view.replicas[0].clone();
         let mut left = std::pin::pin!(a.left_rotation());
         let waker = std::task::Waker::noop();
@@ -769,12 +685,12 @@ replicas:
         assert_eq!(a.waiting(), 1);
         let second = snapshot(
             vec![
-                (spec(1, "a"), live(false, [(0, 0); 2], None)),
-                (spec(2, "b"), live(true, [(0, 0); 2], None)),
+                (spec(1, "a"), live(false, None)),
+                (spec(2, "b"), live(true, None)),
             ],
             2,
         );
-        let next = build_view(0, 2, second, Some(&view));
+        let next = build_view(0, second, Some(&view));
         assert!(
             Rc::ptr_eq(&next.replicas[0], &a),
             "the replica keeps its state by key"
@@ -789,14 +705,14 @@ replicas:
         let snap = |generation| {
             snapshot(
                 vec![
-                    (spec(1, "a"), live(true, [(0, 0); 2], None)),
-                    (spec(2, "b"), live(true, [(0, 0); 2], None)),
+                    (spec(1, "a"), live(true, None)),
+                    (spec(2, "b"), live(true, None)),
                 ],
                 generation,
             )
         };
-        let v1 = build_view(0, 2, snap(1), None);
-        let v2 = build_view(0, 2, snap(2), Some(&v1));
+        let v1 = build_view(0, snap(1), None);
+        let v2 = build_view(0, snap(2), Some(&v1));
         assert!(Rc::ptr_eq(&v1.arms[0][0], &v2.arms[0][0]));
         let mut rng = Rng::new(1);
         let c = v2.candidates(0, &[], Instant::now(), 0);
@@ -811,7 +727,7 @@ replicas:
             now_micros: 0,
         };
         let first = v2.choose(0, 0, &input, &c, &mut rng).winner;
-        let v3 = build_view(0, 2, snap(3), Some(&v2));
+        let v3 = build_view(0, snap(3), Some(&v2));
         let second = v3.choose(0, 0, &input, &c, &mut rng).winner;
         assert_ne!(
             first, second,
@@ -846,16 +762,17 @@ mod explain_agreement {
                 .map(|(i, &(a, b, routable, fleet_load))| {
                     let s = spec(i as u64 + 1, &format!("r{i}"));
                     for _ in 0..fleet_load {
-                        s.fleet.routed(0, 0.01);
+                        let admitted = s.ledger.try_admit(100, a, 0, 10_000);
+                        std::mem::forget(admitted);
                     }
-                    (s, live(routable, [(a, b), (b, a)], Some(report(now, f64::from(a)))))
+                    (s, live(routable, Some(report(now, f64::from(a + b)))))
                 })
                 .collect();
             let snap = snapshot(replicas, 1);
             // Core 1's view: with no request of its own, its candidates use the snapshot's totals
             // minus its own share, plus its (zero) live counts — the same as explain's totals
             // only when its snapshot share is zero, so look from a core the snapshot shows idle.
-            let view = build_view(2, 3, snap.clone(), None);
+            let view = build_view(2, snap.clone(), None);
             let routed = view.candidates(0, &[], now, 0);
             let explained: Vec<Candidate> = offers(&snap, 0, now, 0)
                 .into_iter()

@@ -26,8 +26,8 @@ pub enum NoCandidate {
     OutOfRotation,
     /// Every replica in rotation is at its `max_concurrency`.
     AtCapacity,
-    /// Every replica in rotation that is under its `max_concurrency` is at its `max_pending`
-    /// (requests waiting for a response head).
+    /// Every replica in rotation is at its `max_concurrency` and its queue of requests waiting
+    /// at the gateway for a slot is at its `max_pending`.
     QueueFull,
 }
 
@@ -218,8 +218,8 @@ fn no_candidate_message(why: NoCandidate, model: &str) -> String {
             format!("every replica of model `{model}` is at its concurrency limit")
         }
         NoCandidate::QueueFull => format!(
-            "every replica of model `{model}` has its queue of requests waiting for a response \
-             full (max_pending)"
+            "every replica of model `{model}` is at its concurrency limit and its queue of \
+             requests waiting for a slot is full (max_pending)"
         ),
     }
 }

@@ -172,9 +172,6 @@ struct Offsets {
     decisions: usize,
     retries: usize,
     errors: usize,
-    in_flight: usize,
-    pending: usize,
-    prompt_tokens: usize,
     total: usize,
 }
 
@@ -188,10 +185,7 @@ impl Offsets {
         let decisions = duration + m * HIST_SLOTS;
         let retries = decisions + m * PolicyKind::ALL.len();
         let errors = retries + m;
-        let in_flight = errors + ErrorReason::ALL.len();
-        let pending = in_flight + replicas;
-        let prompt_tokens = pending + replicas;
-        let total = prompt_tokens + replicas;
+        let total = errors + ErrorReason::ALL.len();
         Offsets {
             models,
             replicas,
@@ -201,9 +195,6 @@ impl Offsets {
             decisions,
             retries,
             errors,
-            in_flight,
-            pending,
-            prompt_tokens,
             total,
         }
     }
@@ -311,51 +302,6 @@ impl CoreRecorder {
         self.add(self.off.errors + i, 1);
     }
 
-    /// Moves this core's in-flight gauge for `replica` by `delta` (+1 or -1).
-    pub fn in_flight(&self, replica: usize, delta: i64) {
-        if replica < self.off.replicas {
-            self.add(self.off.in_flight + replica, delta as u64);
-        }
-    }
-
-    /// Moves this core's pending gauge for `replica` by `delta` (+1 or -1): requests sent to the
-    /// replica whose response head has not arrived yet. Out-of-range slots are ignored.
-    pub fn pending(&self, replica: usize, delta: i64) {
-        if replica < self.off.replicas {
-            self.add(self.off.pending + replica, delta as u64);
-        }
-    }
-
-    /// Moves this core's gauge of prompt tokens in flight to `replica` by `delta` (requests whose
-    /// prompt was tokenized). Out-of-range slots are ignored.
-    pub fn prompt_tokens(&self, replica: usize, delta: i64) {
-        if replica < self.off.replicas {
-            self.add(self.off.prompt_tokens + replica, delta as u64);
-        }
-    }
-
-    /// This core's prompt tokens in flight to replica slot `replica` (0 outside the layout).
-    pub fn replica_prompt_tokens(&self, replica: usize) -> i64 {
-        if replica < self.off.replicas {
-            self.read(self.off.prompt_tokens + replica) as i64
-        } else {
-            0
-        }
-    }
-
-    /// This core's `(in_flight, pending)` for replica slot `replica`, as last written by the
-    /// core (relaxed reads; `(0, 0)` for a slot outside the layout). Meant for the control thread.
-    pub fn replica_load(&self, replica: usize) -> (i64, i64) {
-        if replica < self.off.replicas {
-            (
-                self.read(self.off.in_flight + replica) as i64,
-                self.read(self.off.pending + replica) as i64,
-            )
-        } else {
-            (0, 0)
-        }
-    }
-
     /// Whether this recorder was laid out for `layout`'s label counts.
     fn fits(&self, layout: &MetricsLayout) -> bool {
         self.off.models == layout.models.len() && self.off.replicas == layout.replicas.len()
@@ -420,8 +366,9 @@ struct Totals {
     errors: [u64; ErrorReason::ALL.len()],
 }
 
-/// Gauges summed by replica label: `(in_flight, pending)`.
-type Gauges = BTreeMap<String, (i64, i64)>;
+/// Each replica's `(in_flight, pending)` by replica id, read from its one load ledger by the
+/// caller (the data cores keep no gauges of their own: ADR 016).
+pub type ReplicaGauges = BTreeMap<String, (i64, i64)>;
 
 fn sum(recorders: &[&CoreRecorder], i: usize) -> u64 {
     recorders
@@ -518,25 +465,8 @@ impl Totals {
     }
 }
 
-/// Adds the in-flight and pending gauges of `recorders` (laid out for `layout`) by replica id.
-fn add_gauges(gauges: &mut Gauges, layout: &MetricsLayout, recorders: &[Arc<CoreRecorder>]) {
-    let recs = fitting(layout, recorders);
-    if recs.is_empty() {
-        return;
-    }
-    for (r, name) in layout.replicas.iter().enumerate() {
-        let (in_flight, pending) = recs.iter().fold((0i64, 0i64), |(f, p), rec| {
-            let (rf, rp) = rec.replica_load(r);
-            (f.wrapping_add(rf), p.wrapping_add(rp))
-        });
-        let g = gauges.entry(name.clone()).or_default();
-        g.0 = g.0.wrapping_add(in_flight);
-        g.1 = g.1.wrapping_add(pending);
-    }
-}
-
 /// Writes the Prometheus text for the series of `layout`'s labels, in `layout` order.
-fn write_text(layout: &MetricsLayout, totals: &Totals, gauges: &Gauges) -> String {
+fn write_text(layout: &MetricsLayout, totals: &Totals, gauges: &ReplicaGauges) -> String {
     let models: Vec<Option<&str>> = layout
         .models
         .iter()
@@ -676,12 +606,14 @@ fn write_text(layout: &MetricsLayout, totals: &Totals, gauges: &Gauges) -> Strin
 /// Renders the merged Prometheus text exposition of every core's recorder, all laid out for
 /// `layout` (recorders of another shape are skipped). Equivalent to a [`MetricsHistory`] holding
 /// one epoch.
-pub fn render(layout: &MetricsLayout, recorders: &[Arc<CoreRecorder>]) -> String {
+pub fn render(
+    layout: &MetricsLayout,
+    recorders: &[Arc<CoreRecorder>],
+    gauges: &ReplicaGauges,
+) -> String {
     let mut totals = Totals::default();
     totals.add(layout, recorders);
-    let mut gauges = Gauges::new();
-    add_gauges(&mut gauges, layout, recorders);
-    write_text(layout, &totals, &gauges)
+    write_text(layout, &totals, gauges)
 }
 
 /// One metrics layout and the recorders the data cores write while that layout is in effect.
@@ -770,15 +702,13 @@ impl MetricsHistory {
 
     /// The merged Prometheus text of every epoch, by label value, for the current layout's
     /// series. Counters and histograms add up across epochs; gauges come from live epochs only.
-    pub fn render(&mut self) -> String {
+    pub fn render(&mut self, gauges: &ReplicaGauges) -> String {
         self.fold_retired();
         let mut totals = self.retained.clone();
-        let mut gauges = Gauges::new();
         for epoch in &self.epochs {
             totals.add(&epoch.layout, &epoch.recorders);
-            add_gauges(&mut gauges, &epoch.layout, &epoch.recorders);
         }
-        write_text(&self.current().layout, &totals, &gauges)
+        write_text(&self.current().layout, &totals, gauges)
     }
 }
 
@@ -804,12 +734,10 @@ mod tests {
         b.request(None, None, Outcome::Rejected);
         a.ttft(Some(0), Duration::from_millis(3));
         b.ttft(Some(0), Duration::from_secs(1000));
-        a.in_flight(0, 1);
-        b.in_flight(0, 1);
-        a.in_flight(0, -1);
         a.error(ErrorReason::FleetFull);
         a.decision(0, PolicyKind::P2c);
-        let text = render(&l, &[a, b]);
+        let gauges = ReplicaGauges::from([("r0".to_string(), (1, 0))]);
+        let text = render(&l, &[a, b], &gauges);
         assert!(
             text.contains(
                 "inferrail_requests_total{model=\"m\",replica=\"r1\",outcome=\"success\"} 2\n"
@@ -856,35 +784,16 @@ mod tests {
     const TTFT_COUNT: &str = "inferrail_ttft_seconds_count{model=\"m\"}";
 
     #[test]
-    fn prompt_tokens_in_flight_per_slot() {
+    fn replica_gauges_render_for_every_replica_of_the_layout() {
         let r = CoreRecorder::new(&layout());
-        r.prompt_tokens(1, 300);
-        r.prompt_tokens(1, 200);
-        r.prompt_tokens(1, -300);
-        r.prompt_tokens(9, 50);
-        assert_eq!(r.replica_prompt_tokens(1), 200);
-        assert_eq!(r.replica_prompt_tokens(0), 0);
-        assert_eq!(r.replica_prompt_tokens(9), 0);
-        // The gauge is not a metrics family: the page is unchanged by it.
-        assert!(!render(&layout(), &[Arc::new(r)]).contains("prompt_tokens"));
-    }
-
-    #[test]
-    fn pending_and_replica_load() {
-        let r = CoreRecorder::new(&layout());
-        r.in_flight(1, 1);
-        r.in_flight(1, 1);
-        r.pending(1, 1);
-        r.pending(0, 1);
-        r.pending(0, -1);
-        r.pending(7, 1);
-        assert_eq!(r.replica_load(1), (2, 1));
-        assert_eq!(r.replica_load(0), (0, 0));
-        assert_eq!(r.replica_load(7), (0, 0));
-        let text = render(&layout(), &[Arc::new(r)]);
+        let gauges =
+            ReplicaGauges::from([("r1".to_string(), (2, 1)), ("gone".to_string(), (5, 5))]);
+        let text = render(&layout(), &[Arc::new(r)], &gauges);
         assert!(text.contains("# TYPE inferrail_pending gauge\n"), "{text}");
+        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(2));
         assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(1));
         assert_eq!(gauge(&text, "inferrail_pending{replica=\"r0\"}"), Some(0));
+        assert!(!text.contains("gone"), "only the layout's replicas: {text}");
         let in_flight = text.find("inferrail_in_flight{").unwrap_or(usize::MAX);
         let pending = text.find("inferrail_pending{").unwrap_or(0);
         assert!(in_flight < pending, "pending follows in_flight");
@@ -914,7 +823,7 @@ mod tests {
         e1.recorders[1].request(None, None, Outcome::Rejected);
         e2.recorders[1].request(None, None, Outcome::Rejected);
 
-        let text = history.render();
+        let text = history.render(&ReplicaGauges::new());
         assert_eq!(value(&text, R1_OK), Some(3), "{text}");
         assert_eq!(
             value(
@@ -974,27 +883,33 @@ mod tests {
         let mut history = MetricsHistory::new(Arc::clone(&e1));
         e1.recorders[0].request(Some(0), Some(1), Outcome::Success);
         e1.recorders[0].ttft(Some(0), Duration::from_millis(1));
-        assert_eq!(value(&history.render(), R1_OK), Some(1));
+        assert_eq!(
+            value(&history.render(&ReplicaGauges::new()), R1_OK),
+            Some(1)
+        );
 
         let e2 = MetricsEpoch::new(layout_of(&["m"], &["r1"]), 1);
         history.push(Arc::clone(&e2));
         // A request that started under e1 still writes into it.
         e1.recorders[0].request(Some(0), Some(1), Outcome::Success);
-        let text = history.render();
+        let text = history.render(&ReplicaGauges::new());
         assert_eq!(history.live_epochs(), 2, "e1 is still held");
         assert_eq!(value(&text, R1_OK), Some(2));
 
         // A core still holding one recorder (not the epoch) keeps the epoch alive too.
         let held = Arc::clone(&e1.recorders[0]);
         drop(e1);
-        assert_eq!(value(&history.render(), R1_OK), Some(2));
+        assert_eq!(
+            value(&history.render(&ReplicaGauges::new()), R1_OK),
+            Some(2)
+        );
         assert_eq!(history.live_epochs(), 2);
         held.request(Some(0), Some(1), Outcome::Success);
         drop(held);
 
         let mut last = 0;
         for round in 0..3 {
-            let text = history.render();
+            let text = history.render(&ReplicaGauges::new());
             assert_eq!(history.live_epochs(), 1, "e1 folded");
             let now = value(&text, R1_OK).unwrap_or(0);
             assert!(now >= last, "counter went back: {last} -> {now}");
@@ -1006,7 +921,10 @@ mod tests {
 
         // The current epoch is never folded, even when nobody else holds it.
         drop(e2);
-        assert_eq!(value(&history.render(), R1_OK), Some(6));
+        assert_eq!(
+            value(&history.render(&ReplicaGauges::new()), R1_OK),
+            Some(6)
+        );
         assert_eq!(history.live_epochs(), 1);
     }
 
@@ -1018,14 +936,13 @@ mod tests {
         e1.recorders[0].request(Some(1), Some(1), Outcome::Success);
         e1.recorders[0].request(Some(0), None, Outcome::Failed);
         e1.recorders[0].ttft(Some(1), Duration::from_millis(1));
-        e1.recorders[0].in_flight(0, 1);
-        let text = history.render();
+        let text = history.render(&ReplicaGauges::from([("r0".to_string(), (1, 0))]));
         assert_eq!(value(&text, R0_OK), Some(1));
         assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r0\"}"), Some(1));
 
         history.push(MetricsEpoch::new(layout_of(&["m"], &["r1"]), 1));
         for _ in 0..2 {
-            let text = history.render();
+            let text = history.render(&ReplicaGauges::new());
             assert!(!text.contains("replica=\"r0\""), "{text}");
             assert!(!text.contains("model=\"old\""), "{text}");
             assert_eq!(
@@ -1039,44 +956,21 @@ mod tests {
             assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(0));
         }
         drop(e1);
-        let text = history.render();
+        let text = history.render(&ReplicaGauges::new());
         assert_eq!(history.live_epochs(), 1);
         assert!(!text.contains("replica=\"r0\""), "{text}");
 
         // A replica that comes back starts a fresh series.
         let e3 = MetricsEpoch::new(layout_of(&["m"], &["r1", "r0"]), 1);
         history.push(Arc::clone(&e3));
-        let text = history.render();
+        let text = history.render(&ReplicaGauges::new());
         assert_eq!(value(&text, R0_OK), None, "{text}");
         assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r0\"}"), Some(0));
         e3.recorders[0].request(Some(0), Some(1), Outcome::Success);
-        assert_eq!(value(&history.render(), R0_OK), Some(1));
-    }
-
-    #[test]
-    fn in_flight_of_a_live_old_epoch_still_shows() {
-        let e1 = MetricsEpoch::new(layout_of(&["m"], &["r0", "r1"]), 2);
-        let mut history = MetricsHistory::new(Arc::clone(&e1));
-        e1.recorders[0].in_flight(1, 1);
-        e1.recorders[1].in_flight(1, 1);
-        e1.recorders[1].pending(1, 1);
-        let e2 = MetricsEpoch::new(layout_of(&["m"], &["r1"]), 2);
-        history.push(Arc::clone(&e2));
-        e2.recorders[0].in_flight(0, 1);
-        e2.recorders[0].pending(0, 1);
-
-        let text = history.render();
-        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(3));
-        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(2));
-
-        e1.recorders[0].in_flight(1, -1);
-        e1.recorders[1].in_flight(1, -1);
-        e1.recorders[1].pending(1, -1);
-        drop(e1);
-        let text = history.render();
-        assert_eq!(history.live_epochs(), 1);
-        assert_eq!(gauge(&text, "inferrail_in_flight{replica=\"r1\"}"), Some(1));
-        assert_eq!(gauge(&text, "inferrail_pending{replica=\"r1\"}"), Some(1));
+        assert_eq!(
+            value(&history.render(&ReplicaGauges::new()), R0_OK),
+            Some(1)
+        );
     }
 
     #[test]
@@ -1086,15 +980,17 @@ mod tests {
         e.recorders[0].request(Some(0), Some(1), Outcome::Success);
         e.recorders[1].request(None, None, Outcome::Rejected);
         e.recorders[1].duration(Some(0), Duration::from_millis(40));
-        e.recorders[0].in_flight(0, 1);
-        assert_eq!(history.render(), render(&e.layout, &e.recorders));
+        assert_eq!(
+            history.render(&ReplicaGauges::new()),
+            render(&e.layout, &e.recorders, &ReplicaGauges::new())
+        );
     }
 
     #[test]
     fn mismatched_recorders_are_skipped() {
         let small = Arc::new(CoreRecorder::new(&layout_of(&["m"], &["r0"])));
         small.request(Some(0), Some(0), Outcome::Success);
-        let text = render(&layout(), &[small]);
+        let text = render(&layout(), &[small], &ReplicaGauges::new());
         assert!(!text.contains("inferrail_requests_total{"), "{text}");
     }
 }

@@ -1,5 +1,5 @@
 //! What each replica offers a routing decision: the [`Candidate`] built from its snapshot entry
-//! and the fleet-wide counters. A thin reader of the snapshot around the routing crate's one
+//! and its one load ledger. A thin reader of the snapshot around the routing crate's one
 //! builder ([`inferrail_routing::offer::candidate`]); it serves the data cores
 //! ([`crate::core_state`]) and the admin's explain ([`offers`]), so explaining a request prices
 //! exactly what routing would.
@@ -9,23 +9,22 @@ use inferrail_routing::offer::{self, EngineReading, LoadReading};
 use inferrail_routing::Candidate;
 use std::time::{Duration, Instant};
 
-/// The candidate for replica `index` (its snapshot `entry`) at `now`: fleet-wide in flight and
-/// queued prefill, the given pending and prompt-token counts, and the engine's report while it
-/// is younger than `max_age`.
+/// The candidate for replica `index` (its snapshot `entry`) at `now`: its ledger's fleet-wide
+/// load (in flight, waiting for a head, prompt tokens, queued prefill at `fleet_now`) and the
+/// engine's report while it is younger than `max_age`.
 pub fn candidate(
     index: usize,
     entry: &ReplicaEntry,
-    pending: u32,
-    prompt_tokens: u64,
     now: Instant,
     max_age: Duration,
     fleet_now: u64,
 ) -> Candidate {
+    let reading = entry.spec.ledger.reading(fleet_now);
     let load = LoadReading {
-        in_flight: entry.spec.fleet.in_flight(),
-        pending,
-        prompt_tokens,
-        queued_prefill_secs: entry.spec.fleet.queued_prefill_secs(fleet_now),
+        in_flight: reading.in_flight,
+        pending: reading.awaiting_head,
+        prompt_tokens: reading.prompt_tokens,
+        queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
     };
     let engine = entry.live.report.map(|rep| EngineReading {
         running: rep.running,
@@ -56,8 +55,9 @@ impl NotOffered {
 }
 
 /// Every replica serving `model` (snapshot order): its candidate when it would be offered, else
-/// why not. Pending and prompt tokens are the snapshot's fleet totals (what any core adds to its
-/// own counts), so on an idle core this equals [`crate::core_state::CoreView::candidates`].
+/// why not. The data cores route from exactly these offers
+/// ([`crate::core_state::CoreView::candidates`]) and the admin's explain shows them, so the two
+/// read the same ledgers and cannot disagree.
 pub fn offers(
     snap: &Snapshot,
     model: usize,
@@ -72,18 +72,10 @@ pub fn offers(
             let entry = snap.replicas.get(i)?;
             let offer = if !entry.live.routable {
                 Err(NotOffered::OutOfRotation)
-            } else if entry.spec.fleet.in_flight() >= entry.spec.max_concurrency {
+            } else if entry.spec.ledger.in_flight() >= entry.spec.max_concurrency {
                 Err(NotOffered::AtCapacity)
             } else {
-                Ok(candidate(
-                    i,
-                    entry,
-                    entry.total.pending,
-                    entry.total.prompt_tokens,
-                    now,
-                    max_age,
-                    fleet_now,
-                ))
+                Ok(candidate(i, entry, now, max_age, fleet_now))
             };
             Some((i, offer))
         })

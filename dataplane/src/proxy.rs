@@ -8,6 +8,7 @@ use crate::client_conn::{read_more, ClientConn};
 use crate::core_state::{CoreContext, CoreView, LeftRotation, ReplicaSlot};
 use crate::errors::NoCandidate;
 use crate::exchange::{Action, Event, Exchange, Limits, Timer};
+use crate::fleet::SharedLedger;
 use crate::metrics::Outcome;
 use crate::prediction::{observe_decision, Prediction};
 use crate::refusal::Refusal;
@@ -17,6 +18,7 @@ use crate::sockets::ClientWatch;
 use crate::upstream::{self, HeadError, UpstreamHead};
 use inferrail_routing::brain;
 use inferrail_shards::index::RecordTicket;
+use inferrail_sync::QueueTicket;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 use std::future::{pending, Future};
@@ -82,6 +84,8 @@ pub async fn forward(
         answer: None,
         committed: false,
         keep_client: false,
+        queued: None,
+        waiting_for_slot: false,
     };
     driver.run().await
 }
@@ -106,6 +110,10 @@ struct Driver<'a> {
     committed: bool,
     /// The relayed response left the client connection reusable.
     keep_client: bool,
+    /// The request's place in a full replica's queue while it waits for a slot.
+    queued: Option<QueueTicket<SharedLedger>>,
+    /// The exchange waits for a slot ([`Action::WaitForSlot`]) until one frees or a timer fires.
+    waiting_for_slot: bool,
 }
 
 impl Driver<'_> {
@@ -117,7 +125,11 @@ impl Driver<'_> {
                 if self.ex.is_done() {
                     break;
                 }
-                // Backing off (or waiting for a slot): until the next timer or the client leaving.
+                if self.waiting_for_slot {
+                    self.wait_for_slot().await;
+                    continue;
+                }
+                // Backing off: until the next timer or the client leaving.
                 let client = Some((&mut self.watch, &self.conn.stream));
                 let raced = race(pending::<()>(), self.ex.timer(), client, None).await;
                 feed(&mut self.ex, raced);
@@ -126,9 +138,11 @@ impl Driver<'_> {
             match action {
                 Action::Route { attempt } => {
                     let (ctx, view, req) = (self.ctx, self.view, self.req);
-                    self.live = route(ctx, view, req, &self.prediction, &mut self.ex, attempt);
+                    let (ex, queued) = (&mut self.ex, &mut self.queued);
+                    self.live = route(ctx, view, req, &self.prediction, ex, queued, attempt);
                 }
-                Action::WaitForSlot { .. } | Action::BackOff { .. } => {}
+                Action::WaitForSlot { .. } => self.waiting_for_slot = true,
+                Action::BackOff { .. } => {}
                 Action::Connect { replica, pooled } => self.connect(replica, pooled).await,
                 Action::Send => self.send().await,
                 Action::ReadHead => self.read_head().await,
@@ -139,6 +153,26 @@ impl Driver<'_> {
         match self.answer {
             Some(bytes) => self.conn.send(bytes).await && !self.close_client,
             None => self.keep_client,
+        }
+    }
+
+    /// Waits one poll interval (or until a timer fires or the client leaves), then tells the
+    /// exchange a slot freed if a replica of the model has room now. Slots are freed by any core,
+    /// so the queue polls the ledgers rather than waiting for a wake-up from another thread.
+    async fn wait_for_slot(&mut self) {
+        let client = Some((&mut self.watch, &self.conn.stream));
+        let tick = monoio::time::sleep(SLOT_POLL);
+        match race(tick, self.ex.timer(), client, None).await {
+            Raced::Done(()) => {
+                if has_room(self.view, self.req.model) {
+                    self.waiting_for_slot = false;
+                    self.ex.handle(Event::SlotFreed, Instant::now());
+                }
+            }
+            other => {
+                self.waiting_for_slot = false;
+                feed(&mut self.ex, other)
+            }
         }
     }
 
@@ -304,6 +338,7 @@ fn route(
     req: &ProxyRequest,
     prediction: &Prediction,
     ex: &mut Exchange<RecordTicket>,
+    queued: &mut Option<QueueTicket<SharedLedger>>,
     attempt: u32,
 ) -> Option<Live> {
     let now = Instant::now();
@@ -311,15 +346,7 @@ fn route(
     let mut candidates = view.candidates(req.model, ex.tried(), now, fleet_now);
     prediction.annotate(&mut candidates);
     if candidates.is_empty() {
-        let why = why_no_candidate(view, req.model);
-        // No wait queue yet: a full fleet is refused at once.
-        ex.handle(
-            Event::NoCandidate {
-                why,
-                can_wait: false,
-            },
-            now,
-        );
+        no_candidate(view, req.model, ex, queued, now);
         return None;
     }
     let params = &view.snap.models[req.model].brain;
@@ -343,17 +370,13 @@ fn route(
         fleet_now,
     );
     let Some(slot) = acquired else {
+        // Another core took the winner's last slot since the candidates were read.
         prediction.take_back(ctx, ticket);
-        let why = NoCandidate::NoReplicas;
-        ex.handle(
-            Event::NoCandidate {
-                why,
-                can_wait: false,
-            },
-            now,
-        );
+        no_candidate(view, req.model, ex, queued, now);
         return None;
     };
+    // Admitted: the queue place (if any) goes back after the slot was taken.
+    *queued = None;
     if attempt > 1 {
         view.recorder.retry(req.model);
     }
@@ -368,27 +391,55 @@ fn route(
     })
 }
 
-/// What refused a request that found no candidate: no replica, none in rotation, every one in
-/// rotation at its concurrency cap, or (some under it) at its pending cap.
+/// How often a request queued for a full replica looks for a free slot.
+const SLOT_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Tells the exchange why no replica took the request. Every replica in rotation being full, the
+/// request takes (or keeps) a place in one's queue and may wait; with every queue full (or
+/// `max_pending: 0`) it is refused at once, naming the limit.
+fn no_candidate(
+    view: &CoreView,
+    model: usize,
+    ex: &mut Exchange<RecordTicket>,
+    queued: &mut Option<QueueTicket<SharedLedger>>,
+    now: Instant,
+) {
+    let mut why = why_no_candidate(view, model);
+    if why == NoCandidate::AtCapacity {
+        if queued.is_none() {
+            *queued = view.enqueue(model);
+        }
+        if queued.is_none() {
+            why = NoCandidate::QueueFull;
+        }
+    }
+    let can_wait = why == NoCandidate::AtCapacity;
+    ex.handle(Event::NoCandidate { why, can_wait }, now);
+}
+
+/// Whether a replica of `model` in rotation is under its `max_concurrency` now.
+fn has_room(view: &CoreView, model: usize) -> bool {
+    let snap = &view.snap;
+    snap.models[model]
+        .replicas
+        .iter()
+        .filter_map(|&i| snap.replicas.get(i))
+        .any(|e| e.live.routable && e.spec.ledger.in_flight() < e.spec.max_concurrency)
+}
+
+/// What refused a request that found no candidate: no replica, none in rotation, or every one
+/// in rotation at its `max_concurrency` (the caller then tries their queues).
 fn why_no_candidate(view: &CoreView, model: usize) -> NoCandidate {
     let snap = &view.snap;
     let replicas = &snap.models[model].replicas;
-    let mut in_rotation = false;
-    let mut under_concurrency = false;
-    for &i in replicas {
-        let (Some(entry), Some(state)) = (snap.replicas.get(i), view.replicas.get(i)) else {
-            continue;
-        };
-        if entry.live.routable {
-            in_rotation = true;
-            under_concurrency |= state.in_flight.get() < state.cap_in_flight.get();
-        }
-    }
-    match (replicas.is_empty(), in_rotation, under_concurrency) {
-        (true, _, _) => NoCandidate::NoReplicas,
-        (false, false, _) => NoCandidate::OutOfRotation,
-        (false, true, true) => NoCandidate::QueueFull,
-        (false, true, false) => NoCandidate::AtCapacity,
+    let in_rotation = replicas
+        .iter()
+        .filter_map(|&i| snap.replicas.get(i))
+        .any(|e| e.live.routable);
+    match (replicas.is_empty(), in_rotation) {
+        (true, _) => NoCandidate::NoReplicas,
+        (false, false) => NoCandidate::OutOfRotation,
+        (false, true) => NoCandidate::AtCapacity,
     }
 }
 

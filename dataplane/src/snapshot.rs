@@ -1,7 +1,7 @@
 //! The immutable fleet state every core routes from. The control thread builds one per config
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
-use crate::fleet::FleetReplica;
+use crate::fleet::SharedLedger;
 use crate::metrics::{MetricsEpoch, MetricsLayout};
 use crate::predict::PredictionLimits;
 use inferrail_config::{Config, PolicyKind};
@@ -102,12 +102,13 @@ pub struct ReplicaSpec {
     pub models: Vec<String>,
     /// Fleet-wide cap on requests in flight.
     pub max_concurrency: u32,
-    /// Fleet-wide cap on requests waiting for a response head.
+    /// Fleet-wide cap on requests queued at the gateway for a free slot while the replica is
+    /// full (0: a full replica refuses at once).
     pub max_pending: u32,
     /// KV cache capacity in blocks from config (else the engine's report, else the index default).
     pub kv_capacity_blocks: Option<u64>,
-    /// Its fleet-wide load counters, shared by every core and kept while the key stays.
-    pub fleet: Arc<FleetReplica>,
+    /// Its one load ledger, shared by every core and kept while the key stays.
+    pub ledger: SharedLedger,
 }
 
 /// An engine's own load, from its latest `/metrics` page.
@@ -131,28 +132,6 @@ pub struct EngineReport {
     pub received: Instant,
 }
 
-/// Requests one data core has on a replica, as the control thread last read them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CoreLoad {
-    /// Requests in flight (routed, not finished).
-    pub in_flight: u32,
-    /// Requests waiting for the response head.
-    pub pending: u32,
-    /// Prompt tokens of its requests in flight (those whose prompt was tokenized).
-    pub prompt_tokens: u64,
-}
-
-impl CoreLoad {
-    /// The sum of two loads (saturating).
-    pub fn plus(self, other: CoreLoad) -> CoreLoad {
-        CoreLoad {
-            in_flight: self.in_flight.saturating_add(other.in_flight),
-            pending: self.pending.saturating_add(other.pending),
-            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
-        }
-    }
-}
-
 /// What the control thread knows of a replica right now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplicaLive {
@@ -163,8 +142,6 @@ pub struct ReplicaLive {
     pub failure_streak: bool,
     /// The engine's latest readable report, if any.
     pub report: Option<EngineReport>,
-    /// Each data core's requests on it (index = core), for cross-core load.
-    pub per_core: Vec<CoreLoad>,
 }
 
 /// A replica (one engine endpoint) in a snapshot.
@@ -172,26 +149,14 @@ pub struct ReplicaLive {
 pub struct ReplicaEntry {
     /// Identity and limits.
     pub spec: ReplicaSpec,
-    /// Health, engine report and cross-core load.
+    /// Health and the engine's report.
     pub live: ReplicaLive,
-    /// Sum of `live.per_core`.
-    pub total: CoreLoad,
 }
 
 impl ReplicaEntry {
     /// Stable id.
     pub fn id(&self) -> &str {
         &self.spec.id
-    }
-
-    /// The other cores' load: the fleet total minus core `core`'s share, as last read.
-    pub fn others(&self, core: usize) -> CoreLoad {
-        let own = self.live.per_core.get(core).copied().unwrap_or_default();
-        CoreLoad {
-            in_flight: self.total.in_flight.saturating_sub(own.in_flight),
-            pending: self.total.pending.saturating_sub(own.pending),
-            prompt_tokens: self.total.prompt_tokens.saturating_sub(own.prompt_tokens),
-        }
     }
 }
 
@@ -355,13 +320,7 @@ impl Snapshot {
         );
         let replicas: Vec<ReplicaEntry> = replicas
             .into_iter()
-            .map(|(spec, live)| {
-                let total = live
-                    .per_core
-                    .iter()
-                    .fold(CoreLoad::default(), |a, c| a.plus(*c));
-                ReplicaEntry { spec, live, total }
-            })
+            .map(|(spec, live)| ReplicaEntry { spec, live })
             .collect();
         let mut models = part.models.clone();
         let mut names = HashMap::new();
@@ -411,7 +370,7 @@ impl Snapshot {
                         max_concurrency: r.max_concurrency,
                         max_pending: r.max_pending,
                         kv_capacity_blocks: r.kv_capacity_blocks,
-                        fleet: Arc::new(FleetReplica::new()),
+                        ledger: SharedLedger::new(),
                     },
                     ReplicaLive {
                         routable: true,
@@ -472,29 +431,4 @@ fn models_body(models: &[ModelEntry], created: u64) -> Vec<u8> {
     }
     out.extend_from_slice(b"]}");
     out
-}
-
-/// This core's share of a fleet-wide cap: the cap split as evenly as integers allow, lower core
-/// indices taking the remainder. The shares of all cores sum exactly to `total`.
-pub fn core_share(total: u32, cores: usize, core: usize) -> u32 {
-    let n = cores.max(1) as u32;
-    let core = core as u32;
-    total / n + u32::from(core < total % n)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn shares_sum_to_the_cap(total in 0u32..10_000, cores in 1usize..64) {
-            let sum: u32 = (0..cores).map(|c| core_share(total, cores, c)).sum();
-            prop_assert_eq!(sum, total);
-            let max = (0..cores).map(|c| core_share(total, cores, c)).max().unwrap();
-            let min = (0..cores).map(|c| core_share(total, cores, c)).min().unwrap();
-            prop_assert!(max - min <= 1);
-        }
-    }
 }

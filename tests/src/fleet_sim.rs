@@ -1,6 +1,6 @@
 //! A deterministic, network-free fleet simulation: the gateway's real routing brain
 //! ([`brain::decide`] / [`brain::commit`], one shared [`FleetFacts`], each replica's
-//! [`FleetReplica`] counters and [`ReplicaBlocks`] shadow index) driving `N` real simulator
+//! [`ReplicaLedger`]s and [`ReplicaBlocks`] shadow index) driving `N` real simulator
 //! schedulers ([`inferrail_sim::engine::Scheduler`], vLLM V1 with prefix caching) on one
 //! virtual clock. Same seed and workload, same result: no threads, no sockets, no wall clock.
 //!
@@ -10,13 +10,13 @@
 //! `t + duration`; its tokens and finished requests are delivered at that end, and a busy engine
 //! plans its next step at exactly that end. An idle engine plans a step as soon as a request
 //! arrives. The loop repeatedly takes the earliest event time `t` and, at `t`:
-//! 1. delivers every step that ends at `t` (first token: TTFT and [`FleetReplica::first_byte`];
-//!    finished: [`FleetReplica::finished`] and the engine's own cached-token count);
+//! 1. delivers every step that ends at `t` (first token: TTFT and [`Admission::first_byte`];
+//!    finished: the admission dropped and the engine's own cached-token count);
 //! 2. routes every request arriving at `t`: candidates built by the gateway's own builder
 //!    ([`offer::candidate`], [`offer::annotate`]) from in-flight and queued prefill in
-//!    [`FleetReplica`], a fresh engine report from the scheduler's gauges, and predicted cache
+//!    the ledger, a fresh engine report from the scheduler's gauges, and predicted cache
 //!    from [`ReplicaBlocks::matched_prefix`] through [`PromptFacts::cached_tokens`]),
-//!    [`brain::decide`], [`brain::commit`], [`FleetReplica::routed`], the prompt recorded on the
+//!    [`brain::decide`], [`brain::commit`], an admission in the ledger, the prompt recorded on the
 //!    winner's shadow index (as `predict::Predictor::record`), and the request added to the
 //!    winner's scheduler (stamped `t`, so a busy engine takes it at its next step, as the server
 //!    stamps arrivals with the latest step start);
@@ -29,8 +29,8 @@
 //! Workloads are lists of [`Arrival`]s built by the seeded generators in [`workload`].
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_dataplane::predict::PromptFacts;
+use inferrail_routing::fleet::secs_to_micros;
 use inferrail_routing::offer::{self, EngineReading, LoadReading};
 use inferrail_routing::rendezvous::rendezvous;
 use inferrail_routing::{brain, policies, BrainParams, Candidate, FleetFacts, Guard, Rng};
@@ -38,6 +38,8 @@ use inferrail_routing::{RouteInput, RoutingPolicy, Steering, Term};
 use inferrail_shards::index::ReplicaBlocks;
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
 use inferrail_sim::engine::{LatencyModel, Request, Scheduler, SchedulerConfig, StepOutput};
+use inferrail_sync::{Admission, ReplicaLedger};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -250,10 +252,12 @@ struct SimReplica {
     key: u64,
     sched: Scheduler,
     blocks: ReplicaBlocks,
-    fleet: Arc<FleetReplica>,
+    /// Its one load ledger, as the gateway keeps it.
+    ledger: Arc<ReplicaLedger>,
+    /// Each request's admission in the ledger, by request id, until it finishes.
+    admitted: HashMap<u64, Admission<Arc<ReplicaLedger>>>,
     /// The step in flight (planned, not delivered yet).
     step: Option<StepOutput>,
-    prompt_tokens: u64,
     routed: usize,
     max_in_flight: u32,
 }
@@ -575,9 +579,9 @@ impl FleetSim {
                     key: rendezvous(0x5eed_0000 + i as u64, 0x1f1e),
                     sched,
                     blocks: ReplicaBlocks::new(capacity),
-                    fleet: Arc::new(FleetReplica::new()),
+                    ledger: Arc::new(ReplicaLedger::new()),
+                    admitted: HashMap::new(),
                     step: None,
-                    prompt_tokens: 0,
                     routed: 0,
                     max_in_flight: 0,
                 }
@@ -689,11 +693,12 @@ impl FleetSim {
             .enumerate()
             .map(|(i, r)| {
                 let s = r.sched.stats();
+                let reading = r.ledger.reading(now_us);
                 let load = LoadReading {
-                    in_flight: r.fleet.in_flight(),
-                    pending: r.fleet.awaiting_first_byte().min(u64::from(u32::MAX)) as u32,
-                    prompt_tokens: r.prompt_tokens,
-                    queued_prefill_secs: r.fleet.queued_prefill_secs(now_us),
+                    in_flight: reading.in_flight,
+                    pending: reading.awaiting_head,
+                    prompt_tokens: reading.prompt_tokens,
+                    queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
                 };
                 // Read at this very instant of virtual time: age 0, always fresh.
                 let engine = EngineReading {
@@ -743,15 +748,22 @@ impl FleetSim {
                 .all(|(_, r)| r.set_aside.is_some()),
         });
         let r = &mut self.replicas[w];
-        r.fleet.routed(now_us, prefill);
+        let id = index as u64 + 1;
+        let admission = ReplicaLedger::try_admit_owned(
+            r.ledger.clone(),
+            u32::MAX,
+            facts.tokens,
+            now_us,
+            secs_to_micros(prefill),
+        )
+        .expect("the simulated fleet has no caps");
+        r.admitted.insert(id, admission);
         r.routed += 1;
-        r.max_in_flight = r.max_in_flight.max(r.fleet.in_flight());
-        r.prompt_tokens += u64::from(facts.tokens);
+        r.max_in_flight = r.max_in_flight.max(r.ledger.in_flight());
         let partial = facts.block_size > 0 && !facts.tokens.is_multiple_of(facts.block_size);
         if !facts.hashes.is_empty() || partial {
             r.blocks.record_prompt(&facts.hashes, partial);
         }
-        let id = index as u64 + 1;
         let mut req = Request::new(id, a.prompt.clone(), a.max_tokens, now);
         req.seed = id;
         r.sched
@@ -775,15 +787,17 @@ impl FleetSim {
             if t.index == 0 {
                 let track = &mut self.tracks[(t.id - 1) as usize];
                 track.first_token = Some(end);
-                r.fleet.first_byte(end_us);
+                if let Some(a) = r.admitted.get_mut(&t.id) {
+                    a.head_received();
+                    a.first_byte(end_us);
+                }
             }
         }
         for f in &out.finished {
             let track = &mut self.tracks[(f.id - 1) as usize];
             track.cached = Some(f.cached_tokens);
             track.finished_at = Some(f.finished_at);
-            r.fleet.finished();
-            r.prompt_tokens = r.prompt_tokens.saturating_sub(f.prompt_tokens as u64);
+            r.admitted.remove(&f.id);
         }
     }
 }

@@ -80,7 +80,8 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
                     "after_tripping_failure_ms": millis(trip),
                 })),
                 "in_flight": load.in_flight,
-                "pending": load.pending,
+                "pending": load.awaiting_head,
+                "queued": load.queued,
                 "prompt_tokens_in_flight": load.prompt_tokens,
                 "max_concurrency": r.spec.max_concurrency,
                 "max_pending": r.spec.max_pending,
@@ -461,7 +462,8 @@ fn shadow_rows(report: &Value) -> Vec<ShadowRow> {
 
 /// The whole metrics page: the data cores' merged families, then the control plane's.
 pub fn metrics_text(ctl: &mut Controller) -> String {
-    let mut text = ctl.history.render();
+    let gauges = ctl.gauges();
+    let mut text = ctl.history.render(&gauges);
     let view = control_view(ctl, Instant::now());
     text.push_str(&metrics::render(&view));
     text

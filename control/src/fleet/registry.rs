@@ -4,10 +4,9 @@
 //! breaker counts and idle connections, and the health book keeps its health.
 
 use inferrail_config::Config;
-use inferrail_dataplane::fleet::FleetReplica;
+use inferrail_dataplane::fleet::SharedLedger;
 use inferrail_dataplane::snapshot::ReplicaSpec;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 
 /// Where a registry member came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +114,7 @@ impl Registry {
             let existing = self.members.iter().find(|m| {
                 m.spec.id == w.id && m.spec.addr == w.addr && m.spec.authority == w.authority
             });
-            let (key, fleet) = match existing {
+            let (key, ledger) = match existing {
                 Some(m) => {
                     if m.spec.models != w.models
                         || m.spec.max_concurrency != w.max_concurrency
@@ -125,13 +124,13 @@ impl Registry {
                     {
                         changes.updated.push(m.spec.key);
                     }
-                    (m.spec.key, m.spec.fleet.clone())
+                    (m.spec.key, m.spec.ledger.clone())
                 }
                 None => {
                     let key = self.next_key;
                     self.next_key += 1;
                     changes.added.push(key);
-                    (key, Arc::new(FleetReplica::new()))
+                    (key, SharedLedger::new())
                 }
             };
             next.push(Member {
@@ -144,7 +143,7 @@ impl Registry {
                     max_concurrency: w.max_concurrency,
                     max_pending: w.max_pending,
                     kv_capacity_blocks: w.kv_capacity_blocks,
-                    fleet,
+                    ledger,
                 },
                 source: w.source,
             });

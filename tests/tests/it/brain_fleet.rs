@@ -7,13 +7,14 @@
 //! candidate), preemptions, shares per replica.
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_dataplane::predict::PromptFacts;
+use inferrail_routing::fleet::secs_to_micros;
 use inferrail_routing::rendezvous::fold;
 use inferrail_routing::{brain, policies, BrainParams, Candidate, EngineView, FleetFacts};
 use inferrail_routing::{PromptView, Rng, RouteInput};
 use inferrail_shards::index::ReplicaBlocks;
 use inferrail_shards::prefix_hash::{block_hashes, HashSalt};
+use inferrail_sync::{Admission, ReplicaLedger};
 use inferrail_tests::fleet_sim::{
     workload, Arrival, FleetSim, Report, SimOptions, XorShift, SIM_MODEL,
 };
@@ -229,7 +230,10 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                 let mut rng = XorShift::new(seed);
                 let n = rng.range(1, 8);
                 let fleet = FleetFacts::new(Duration::from_secs(10));
-                let replicas: Vec<FleetReplica> = (0..n).map(|_| FleetReplica::new()).collect();
+                let replicas: Vec<ReplicaLedger> = (0..n).map(|_| ReplicaLedger::new()).collect();
+                // Each replica's admissions, oldest first (a departure finishes the oldest).
+                let mut admitted: Vec<Vec<Admission<&ReplicaLedger>>> =
+                    (0..n).map(|_| Vec::new()).collect();
                 let mut shadows: Vec<ReplicaBlocks> = (0..n)
                     .map(|_| ReplicaBlocks::new(rng.range(50, 600)))
                     .collect();
@@ -250,8 +254,9 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                             (0..n).filter(|&i| replicas[i].in_flight() > 0).collect();
                         if !busy.is_empty() {
                             let i = busy[rng.range(0, busy.len() - 1)];
-                            replicas[i].first_byte(now);
-                            replicas[i].finished();
+                            let mut a = admitted[i].remove(0);
+                            a.first_byte(now);
+                            drop(a);
                         }
                         continue;
                     }
@@ -277,7 +282,9 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                             cached_tokens: Some(
                                 facts.cached_tokens(shadows[i].matched_prefix(&facts.hashes)),
                             ),
-                            queued_prefill_secs: replicas[i].queued_prefill_secs(now),
+                            queued_prefill_secs: replicas[i].reading(now).queued_prefill_micros
+                                as f64
+                                / 1e6,
                             ..Candidate::default()
                         })
                         .collect();
@@ -303,7 +310,10 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                         decisions += 1;
                     }
                     let prefill = brain::commit(&input, &candidates, &d);
-                    replicas[w].routed(now, prefill);
+                    let a = replicas[w]
+                        .try_admit(u32::MAX, 0, now, secs_to_micros(prefill))
+                        .expect("no cap: always admitted");
+                    admitted[w].push(a);
                     let partial = !facts.tokens.is_multiple_of(facts.block_size);
                     shadows[w].record_prompt(&facts.hashes, partial);
                     if kind == PolicyKind::PrefixHash {

@@ -1,12 +1,10 @@
-//! Bounded load held across cores: the routing brain's guard over the data plane's fleet-wide
-//! in-flight counters ([`FleetReplica`]), decided on several threads at once. (Moved from the
-//! brain's unit tests when the brain became the `inferrail-routing` crate: it needs the data
-//! plane's counters.)
+//! Bounded load held across cores: the routing brain's guard over the replicas' one load ledgers
+//! ([`ReplicaLedger`], shared by every core), decided on several threads at once.
 
 use inferrail_config::PolicyKind;
-use inferrail_dataplane::fleet::FleetReplica;
 use inferrail_routing::brain::{decide, guards};
 use inferrail_routing::{policies, BrainParams, Candidate, FleetFacts, Rng, RouteInput};
+use inferrail_sync::ReplicaLedger;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +29,8 @@ fn cand(replica: usize, in_flight: u32, cached: u32, queued: f64) -> Candidate {
 fn bounded_load_holds_across_cores_within_the_stated_slack() {
     const CORES: usize = 4;
     const REPLICAS: usize = 3;
-    let replicas: Arc<Vec<FleetReplica>> =
-        Arc::new((0..REPLICAS).map(|_| FleetReplica::new()).collect());
+    let replicas: Arc<Vec<ReplicaLedger>> =
+        Arc::new((0..REPLICAS).map(|_| ReplicaLedger::new()).collect());
     let facts = Arc::new(FleetFacts::new(Duration::from_secs(10)));
     // Decisions that announced a route (before routing) and that finished routing.
     let announced = Arc::new(std::sync::atomic::AtomicI64::new(0));
@@ -51,7 +49,7 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                 };
                 let mut rng = Rng::new(core as u64 + 1);
                 let mut policy = policies::build(PolicyKind::CostModel);
-                let mut held: Vec<usize> = Vec::new();
+                let mut held = Vec::new();
                 let mut worst = 0i64;
                 for step in 0..3000 {
                     let done_before = completed.load(std::sync::atomic::Ordering::SeqCst);
@@ -73,22 +71,22 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                     // its announcement before `announced` is read below, so it is counted in
                     // `others` (which may over-count, never under-count).
                     announced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    replicas[d.winner].routed(0, 0.0);
+                    let admitted = replicas[d.winner]
+                        .try_admit(u32::MAX, 0, 0, 0)
+                        .expect("no cap: always admitted");
                     let now_held = i64::from(replicas[d.winner].in_flight());
                     let others =
                         announced.load(std::sync::atomic::Ordering::SeqCst) - done_before - 1;
                     completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     worst = worst.max(now_held - limit - others);
-                    held.push(d.winner);
+                    held.push(admitted);
                     // Finish a random earlier request now and then, keeping ~20 in flight.
                     if held.len() > 20 || step % 7 == 0 {
                         let k = rng.below(held.len());
-                        replicas[held.swap_remove(k)].finished();
+                        drop(held.swap_remove(k));
                     }
                 }
-                for r in held {
-                    replicas[r].finished();
-                }
+                drop(held);
                 worst
             })
         })
