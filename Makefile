@@ -2,14 +2,21 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test fmt lint unit sdk doc loom build fixtures peers
+.PHONY: demo test prereqs fmt lint unit sdk doc loom build fixtures peers
 
-## A gateway in front of three in-process engines, exercised end to end.
+## A gateway in front of three in-process engines, exercised end to end. The first run compiles
+## for about a minute: cargo's progress is shown (only the demo's own output once it is built).
 demo:
+	$(CARGO) build -p inferrail-control -p inferrail-tools --bins
 	$(CARGO) run --quiet -p inferrail-control --bin inferrail -- demo
 
-## The whole test suite, exactly as CI runs it.
-test: fmt lint unit sdk doc loom
+## The whole test suite, exactly as CI runs it, after checking that what it needs is installed.
+test: prereqs
+	$(MAKE) --no-print-directory fmt lint unit sdk doc loom
+
+## Rust with rustfmt, clippy and nextest, python3-venv, npm, nginx (or root for apt), disk.
+prereqs:
+	@bash .ci/prereqs.sh
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -48,7 +55,7 @@ doc:
 	$(CARGO) test --workspace --doc
 
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p inferrail-sync --release --test loom_mailbox --test loom_doorbell --test loom_reply --test loom_fleet
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p inferrail-sync --release --test loom_mailbox --test loom_doorbell --test loom_reply --test loom_fleet --test loom_ledger
 
 build:
-	$(CARGO) build --release -p inferrail-control -p inferrail-sim -p inferrail-bench
+	$(CARGO) build --release -p inferrail-control -p inferrail-tools -p inferrail-sim -p inferrail-bench

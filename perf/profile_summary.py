@@ -189,7 +189,10 @@ def summarize(out):
     meta = json.load(open(os.path.join(out, "meta.json")))
     result = {"meta": meta}
     md = [f"# perf/profile — {meta['stamp']}", ""]
-    md += [f"- git commit: `{meta['git_commit']}`{' (dirty tree)' if meta.get('git_dirty') else ''}",
+    md += [f"- git commit: `{meta['git_commit']}`"
+           + (" **(dirty tree: uncommitted changes, see dirty.patch; these figures belong to no "
+              "commit)**" if meta.get('git_dirty') else "")
+           + ("" if meta.get('binaries_rebuilt', True) else " (SKIP_BUILD=1: binaries not rebuilt)"),
            f"- machine: {meta['machine']}",
            f"- gateway: 1 data core, policy `{meta['policy']}`, tokenizer `{meta['tokenizer']}` "
            f"(block_size 16), 3 × `inferrail-sim --zero-latency`; config in `gateway.yaml`",
@@ -352,7 +355,8 @@ def compare(a, b, n=25):
     if not ca or not cb:
         sys.exit("compare: both directories need a callgrind part (summary.json has none)")
     for tag, d, s_, c in (("A", a, sa, ca), ("B", b, sb, cb)):
-        print(f"{tag} {d}\n  commit {s_['meta']['git_commit']}, policy {s_['meta']['policy']}, "
+        dirty = " (DIRTY TREE: no commit has these figures)" if s_['meta'].get('git_dirty') else ""
+        print(f"{tag} {d}\n  commit {s_['meta']['git_commit']}{dirty}, policy {s_['meta']['policy']}, "
               f"{c['requests']} requests at {c['rate']} req/s; runs: "
               + "; ".join(f"all {r['ir_per_request']:,.0f} / request path "
                           f"{r['request_path_per_request']:,.0f}" for r in c["runs"]))

@@ -2,11 +2,16 @@
 //! very prompt ids vLLM computed, and every prompt in `shared/fixtures/vllm/prompts.json`
 //! (the tiny model whose tokenizer is committed at `shards/fixtures/tiny-llama/`) too.
 //! Tokenizer fixtures come from `${INFERRAIL_FIXTURES:-<repo>/target/fixtures}/tokenizers/`;
-//! a family whose fixture is absent is skipped with a note.
+//! a family whose fixture is absent fails the test when `INFERRAIL_REQUIRE_FIXTURES` is set (as
+//! `make test` does after fetching them) and is skipped with a note otherwise. Every golden file
+//! names a family of shards/fixtures/tokenizers.lock, so none can be skipped because nothing
+//! ever fetches its tokenizer.
 
 use std::path::{Path, PathBuf};
 
-use inferrail_shards::tokenize::{fixtures_dir, load, Endpoint, ModelTokenizer, J};
+use inferrail_shards::tokenize::{
+    load, locked_families, real_fixture, Endpoint, ModelTokenizer, J,
+};
 use serde_json::Value;
 
 fn manifest() -> PathBuf {
@@ -117,13 +122,12 @@ fn every_golden_matches_vllm() {
         .unwrap_or_default();
     files.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
     files.sort();
-    if files.is_empty() {
-        println!(
-            "note: no golden files in {}; nothing to check",
-            dir.display()
-        );
-        return;
-    }
+    assert!(
+        !files.is_empty(),
+        "no golden files in {} (they are committed)",
+        dir.display()
+    );
+    let locked = locked_families().expect("shards/fixtures/tokenizers.lock readable");
     let mut out = Outcome {
         checked: 0,
         mismatches: Vec::new(),
@@ -136,20 +140,22 @@ fn every_golden_matches_vllm() {
             .and_then(|s| s.to_str())
             .unwrap_or_default()
             .to_owned();
-        let tok_dir = fixtures_dir().join("tokenizers").join(&family);
-        if !tok_dir.join("tokenizer.json").is_file() {
-            // `make test` fetches the fixtures first and sets this: there, absence is a failure.
-            assert!(
-                std::env::var_os("INFERRAIL_REQUIRE_FIXTURES").is_none(),
-                "tokenizer fixture for {family} missing at {} (run `make fixtures`)",
-                tok_dir.display()
-            );
-            println!(
-                "note: skipping {family}: no tokenizer fixture at {}",
-                tok_dir.display()
-            );
-            continue;
-        }
+        assert!(
+            locked.contains(&family),
+            "{} has no tokenizer in shards/fixtures/tokenizers.lock (locked: {locked:?}), so \
+             fetch.sh never fetches it and it could never be checked",
+            file.display()
+        );
+        let tok_dir = match real_fixture(&family) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => {
+                println!(
+                    "note: skipping {family}: tokenizer fixture not fetched (run `make fixtures`)"
+                );
+                continue;
+            }
+            Err(missing) => panic!("{missing}"),
+        };
         let tok = load(tok_dir.to_str().expect("utf-8 path"), None).expect("fixture loads");
         let (checked, bad) = (out.checked, out.mismatches.len());
         check_lines(&tok, &family, &lines, &raw, &mut out);
@@ -184,14 +190,13 @@ fn every_tiny_model_prompt_matches_vllm() {
     let tiny = manifest().join("fixtures").join("tiny-llama");
     // The request bodies and ids of shared/fixtures/vllm/prompts.json, copied into the repo.
     let prompts = tiny.join("prompts.json");
-    if !tiny.join("tokenizer.json").is_file() || !prompts.is_file() {
-        println!(
-            "note: skipping prompts.json parity: tokenizer at {} or {} missing",
-            tiny.display(),
-            prompts.display()
-        );
-        return;
-    }
+    // Both are committed: their absence is a broken checkout, never a skip.
+    assert!(
+        tiny.join("tokenizer.json").is_file() && prompts.is_file(),
+        "tiny-llama tokenizer at {} or {} missing",
+        tiny.display(),
+        prompts.display()
+    );
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(&prompts).expect("readable")).expect("JSON");
     let tok = load(tiny.to_str().expect("utf-8 path"), None).expect("tiny tokenizer loads");

@@ -10,19 +10,23 @@
 //! template renders the final assistant turn with an empty `<think>` block only while it is
 //! the last message, so Qwen3 is not tested for it.
 
-use inferrail_shards::tokenize::{fixtures_dir, load, load_with_cache, Endpoint, ModelTokenizer};
+use inferrail_shards::tokenize::{
+    load, load_with_cache, locked_families, real_fixture, Endpoint, ModelTokenizer,
+};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+/// A locked family's tokenizer; `None` (with a note) when it is not fetched and not required.
 fn real(family: &str) -> Option<ModelTokenizer> {
-    let dir = fixtures_dir().join("tokenizers").join(family);
-    if !dir.join("tokenizer.json").is_file() {
+    // `make test` fetches every locked family and sets INFERRAIL_REQUIRE_FIXTURES: there,
+    // absence is a failure, never a silent skip.
+    let dir = real_fixture(family).unwrap_or_else(|e| panic!("{e}"));
+    let Some(dir) = dir else {
         println!(
-            "note: {family} fixture absent at {}; real-tokenizer case skipped",
-            dir.display()
+            "note: {family} fixture not fetched; real-tokenizer case skipped (run `make fixtures`)"
         );
         return None;
-    }
+    };
     Some(load_with_cache(dir.to_str()?, None, 50_000).expect("fixture loads"))
 }
 
@@ -113,16 +117,14 @@ fn any_body() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// Every tokenizer under test, loaded once per test binary.
+/// Every tokenizer under test, loaded once per test binary: `builtin:sim` and every family of
+/// shards/fixtures/tokenizers.lock (what fetch.sh fetches, so no listed family is never there).
 fn tokenizers() -> &'static [ModelTokenizer] {
     static ALL: std::sync::OnceLock<Vec<ModelTokenizer>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {
         let mut v = vec![load("builtin:sim", None).expect("builtin")];
-        v.extend(
-            ["qwen3", "llama3_2", "deepseek_v3", "mistral_nemo"]
-                .into_iter()
-                .filter_map(real),
-        );
+        let families = locked_families().expect("shards/fixtures/tokenizers.lock readable");
+        v.extend(families.iter().filter_map(|f| real(f)));
         v
     })
 }

@@ -1,6 +1,7 @@
 //! Differential tests of [`FastBpe`] against the HF library on the real tokenizer fixtures
-//! (`target/fixtures/tokenizers/{qwen3,llama3_2,mistral_nemo}`, skipped with a note when
-//! absent unless `INFERRAIL_REQUIRE_FIXTURES` is set) and the committed tiny-llama tokenizer.
+//! (every family of shards/fixtures/tokenizers.lock under `target/fixtures/tokenizers/`, skipped
+//! with a note when absent unless `INFERRAIL_REQUIRE_FIXTURES` is set, then a failure) and the
+//! committed tiny-llama tokenizer.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -11,9 +12,7 @@ use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
 use super::FastBpe;
-use crate::tokenize::{fixtures_dir, load_with_cache, Kind};
-
-const FAMILIES: [&str; 3] = ["qwen3", "llama3_2", "mistral_nemo"];
+use crate::tokenize::{load_with_cache, locked_families, real_fixture, Kind};
 
 /// One tokenizer: the library's, the fast one, and the added-token cut.
 struct Fixture {
@@ -62,21 +61,12 @@ fn fixtures() -> &'static [Fixture] {
     static ALL: OnceLock<Vec<Fixture>> = OnceLock::new();
     ALL.get_or_init(|| {
         let mut all = vec![load_fixture("tiny-llama", &tiny_llama_dir())];
-        for name in FAMILIES {
-            let dir = fixtures_dir().join("tokenizers").join(name);
-            if dir.join("tokenizer.json").is_file() {
-                all.push(load_fixture(name, &dir));
-                continue;
+        for name in locked_families().expect("shards/fixtures/tokenizers.lock readable") {
+            match real_fixture(&name) {
+                Ok(Some(dir)) => all.push(load_fixture(&name, &dir)),
+                Ok(None) => println!("note: skipping {name}: tokenizer fixture not fetched"),
+                Err(missing) => panic!("{missing}"),
             }
-            assert!(
-                std::env::var_os("INFERRAIL_REQUIRE_FIXTURES").is_none(),
-                "tokenizer fixture for {name} missing at {} (run `make fixtures`)",
-                dir.display()
-            );
-            println!(
-                "note: skipping {name}: no tokenizer fixture at {}",
-                dir.display()
-            );
         }
         all
     })

@@ -147,3 +147,48 @@ fn check_warns_about_a_tokenizer_that_does_not_load() {
     assert!(text.contains("1 with a tokenizer"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn demo_runs_to_the_end_and_checks_what_it_says() {
+    let mut child = Command::new(inferrail_bin())
+        .args(["demo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: the demo takes a few seconds; a hung demo is killed and fails the test.
+    let mut status = None;
+    for _ in 0..1200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let status = status.unwrap_or_else(|| panic!("inferrail demo did not end in 120 s:\n{text}"));
+    assert!(
+        status.success(),
+        "{status}\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "1. 6 chats over three shared system prompts, policy cost_model",
+        "the prediction equals the engine's own count on",
+        "2. A streaming request",
+        "data: [DONE]",
+        "engine-1 is ejected",
+        "none of the",
+        "unknown model -> 404",
+        "GET on a POST route -> 405 (allow: POST)",
+        "inferrail_requests_total",
+        "Done: all ",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(!text.contains("FAILED"), "{text}");
+}
