@@ -107,7 +107,13 @@ impl ReplicaLedger {
         now_micros: u64,
         prefill_micros: u64,
     ) -> Option<Admission<&ReplicaLedger>> {
-        Self::try_admit_owned(self, max_concurrency, prompt_tokens, now_micros, prefill_micros)
+        Self::try_admit_owned(
+            self,
+            max_concurrency,
+            prompt_tokens,
+            now_micros,
+            prefill_micros,
+        )
     }
 
     /// [`try_admit`](Self::try_admit) through any owner of the ledger (an `Arc`, or a handle of
@@ -246,10 +252,7 @@ impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
     /// The response head arrived: the request no longer waits for it. Only the first call counts.
     pub fn head_received(&mut self) {
         if std::mem::take(&mut self.awaiting_head) {
-            self.ledger
-                .words
-                .load
-                .fetch_sub(HEAD_ONE, Ordering::AcqRel);
+            self.ledger.words.load.fetch_sub(HEAD_ONE, Ordering::AcqRel);
         }
     }
 
@@ -366,13 +369,22 @@ mod tests {
         assert!(l.try_admit(2, 5, 1_000, 0).is_none(), "cap 2 is full");
         let r = l.reading(1_000);
         assert_eq!(
-            (r.in_flight, r.awaiting_head, r.prompt_tokens, r.awaiting_first_byte),
+            (
+                r.in_flight,
+                r.awaiting_head,
+                r.prompt_tokens,
+                r.awaiting_first_byte
+            ),
             (2, 2, 100, 2)
         );
         assert_eq!(r.queued_prefill_micros, 1_280);
         a.head_received();
         a.head_received();
-        assert_eq!(l.reading(1_000).awaiting_head, 1, "only the first call counts");
+        assert_eq!(
+            l.reading(1_000).awaiting_head,
+            1,
+            "only the first call counts"
+        );
         a.first_byte(1_100);
         a.first_byte(1_100);
         assert_eq!(l.reading(1_100).awaiting_first_byte, 1);

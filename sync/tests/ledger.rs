@@ -22,8 +22,12 @@ fn many_threads_never_exceed_the_cap() {
         let admitted = Arc::new(AtomicU32::new(0));
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (ledger, holders, most, admitted) =
-                    (ledger.clone(), holders.clone(), most.clone(), admitted.clone());
+                let (ledger, holders, most, admitted) = (
+                    ledger.clone(),
+                    holders.clone(),
+                    most.clone(),
+                    admitted.clone(),
+                );
                 thread::spawn(move || {
                     for i in 0..5_000u64 {
                         let Some(mut a) = ledger.try_admit(cap, (t as u32) + 1, i, 64) else {
@@ -145,13 +149,22 @@ fn sequential_admits_on_an_idle_ledger_always_succeed() {
 /// One operation of a single thread on a ledger.
 #[derive(Debug, Clone)]
 enum Op {
-    Admit { cap: u32, tokens: u32 },
+    Admit {
+        cap: u32,
+        tokens: u32,
+    },
     Head(usize),
     FirstByte(usize),
     Finish(usize),
-    Enqueue { max: u32 },
+    Enqueue {
+        max: u32,
+    },
     Leave(usize),
-    Promote { ticket: usize, cap: u32, tokens: u32 },
+    Promote {
+        ticket: usize,
+        cap: u32,
+        tokens: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -47,7 +47,7 @@ fn two_threads_against_cap_one() {
 #[test]
 fn three_threads_against_cap_two() {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    builder.preemption_bound = Some(2);
     builder.check(|| {
         let ledger = Arc::new(ReplicaLedger::new());
         let holders = Arc::new(AtomicU32::new(0));
