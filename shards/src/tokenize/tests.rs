@@ -135,6 +135,15 @@ fn hf_tokenizer_with_template_and_bos_rules() {
         )
         .expect("ids");
     assert_eq!(ids, vec![0, 5, 6, 3, 1, 7, 6]);
+    // Inline (this thread's own cache, cold then warm) gives the same ids.
+    for _ in 0..2 {
+        let inline = t.prompt_ids_inline(
+            Endpoint::Chat,
+            br#"{"messages":[{"role":"user","content":"hello"}]}"#,
+            &none(),
+        );
+        assert_eq!(inline.expect("ids"), ids);
+    }
     let ids = t
         .prompt_ids(
             Endpoint::Chat,
