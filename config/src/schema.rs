@@ -479,7 +479,10 @@ pub struct TokenizerPool {
     pub workers: Count,
     /// Longest a request waits for tokens before it is routed without them. Default 50ms.
     pub max_wait: Duration,
-    /// Tokens kept in the tokenization cache; 0 disables it. Default 1,000,000.
+    /// Tokens kept in the shared tokenization cache (the tokenizer pool's); 0 disables it.
+    /// Besides it, each data core keeps a private cache of up to `cache_tokens / 16` tokens per
+    /// model for the bodies it tokenizes inline, so the request path takes no lock. Default
+    /// 1,000,000.
     pub cache_tokens: u64,
     /// Bodies of at most this many bytes are tokenized on the data core itself instead of the
     /// pool (cheaper than the two thread hops for short prompts); 0 sends every body to the pool.

@@ -185,7 +185,9 @@ impl Predictor {
             return (Err("no_tokenizer"), Duration::ZERO);
         };
         if budget.inline(body.len()) {
-            let facts = compute(&m.tokenizer, &m.kwargs, model, m.block_size, endpoint, body);
+            // On the data core: the per-thread segment cache, never the shared one's locks.
+            let ids = m.tokenizer.prompt_ids_inline(endpoint, body, &m.kwargs);
+            let facts = facts_of(ids.map_err(|e| e.label()), model, m.block_size, body);
             return (facts, started.elapsed());
         }
         if budget.left(started).is_none() {
@@ -290,7 +292,7 @@ impl Predictor {
     }
 }
 
-/// Tokenizes and hashes one body (runs on a pool thread).
+/// Tokenizes and hashes one body (runs on a pool thread, through the shared segment cache).
 fn compute(
     tokenizer: &ModelTokenizer,
     kwargs: &serde_json::Map<String, serde_json::Value>,
@@ -301,7 +303,19 @@ fn compute(
 ) -> Result<PromptFacts, NoPrediction> {
     let ids = tokenizer
         .prompt_ids(endpoint, body, kwargs)
-        .map_err(|e| e.label())?;
+        .map_err(|e| e.label());
+    facts_of(ids, model, block_size, body)
+}
+
+/// The prompt facts of a body's token ids: its length and block hashes (salted by the model and
+/// the body's `cache_salt`).
+fn facts_of(
+    ids: Result<Vec<u32>, NoPrediction>,
+    model: &str,
+    block_size: usize,
+    body: &[u8],
+) -> Result<PromptFacts, NoPrediction> {
+    let ids = ids?;
     let cache_salt = find_top_level_string(body, "cache_salt");
     let salt = HashSalt::new(model, None, cache_salt.as_deref());
     let hashes = block_hashes(&salt, &ids, block_size);

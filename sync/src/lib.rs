@@ -4,7 +4,8 @@
 //! a new immutable snapshot, and the core takes it between requests with one atomic load on the
 //! fast path; [`Doorbell`], the cross-thread wake-up that makes a waiting task look at once (on a
 //! lock-free [`AtomicWaker`]); [`Reply`], a one-shot answer from a worker thread to a core; and the fleet-wide routing facts every
-//! core shares: [`PrefillQueue`] (a replica's queued prefill), [`SessionTable`] (where each
+//! core shares: [`ReplicaLedger`] (a replica's load, counted once for every core, with the
+//! breaker caps held exactly), [`PrefillQueue`] (a replica's queued prefill), [`SessionTable`] (where each
 //! conversation last went) and [`DemandSketch`] (recent prefill demand per root prefix), and the [`BlockHash`] those facts and the KV index
 //! are keyed by. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
 //! builds in seconds. It must never block, spin on another thread, or allocate on the take path.

@@ -5,9 +5,12 @@
 //! Sixteen shards, each a mutex over a map and a CLOCK ring (second-chance eviction: a hit
 //! sets the entry's reference bit; eviction skips and clears referenced entries once). Each
 //! shard holds at most `budget / 16` tokens; a segment longer than that is never cached. A
-//! cache is private to one model, and the locks are only taken on tokenizer threads.
+//! cache is private to one model, and its locks are only taken on tokenizer pool threads: a data
+//! core tokenizing a short body inline uses its own [`LocalSegmentCache`] (one per thread and
+//! model, of one shard's budget), which takes no lock and shares nothing.
 
 use std::collections::hash_map::Entry;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,12 +37,122 @@ struct Slot {
 }
 
 #[derive(Default)]
-struct Shard {
+pub(crate) struct Shard {
     /// Keyed by segment text, hashed with XXH3 (segments are long: a system prompt is tens of
     /// kilobytes, and SipHash over it costs more than the rest of a cached lookup).
     map: HashMap<Arc<str>, Slot, Xxh3DefaultBuilder>,
     ring: VecDeque<Arc<str>>,
     tokens: usize,
+}
+
+impl Shard {
+    /// Appends the ids of `segment` to `out` and marks it referenced, if held.
+    fn get(&mut self, segment: &str, out: &mut Vec<u32>) -> bool {
+        match self.map.get_mut(segment) {
+            Some(slot) => {
+                slot.referenced = true;
+                out.extend_from_slice(&slot.ids);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stores `segment`'s `ids` (non-empty, at most `budget` long), evicting by CLOCK until the
+    /// shard holds at most `budget` tokens.
+    fn insert(&mut self, segment: &str, ids: Arc<[u32]>, budget: usize) {
+        let key: Arc<str> = segment.into();
+        let n = ids.len();
+        match self.map.entry(key.clone()) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(v) => {
+                v.insert(Slot {
+                    ids,
+                    referenced: false,
+                });
+            }
+        }
+        self.ring.push_back(key.clone());
+        self.tokens += n;
+        while self.tokens > budget {
+            let Some(victim) = self.ring.pop_front() else {
+                break;
+            };
+            if Arc::ptr_eq(&victim, &key) && self.ring.is_empty() {
+                self.ring.push_back(victim);
+                break;
+            }
+            let referenced = self.map.get(&victim).is_some_and(|slot| slot.referenced);
+            if referenced {
+                if let Some(slot) = self.map.get_mut(&victim) {
+                    slot.referenced = false;
+                }
+                self.ring.push_back(victim);
+            } else if let Some(slot) = self.map.remove(&victim) {
+                self.tokens -= slot.ids.len();
+            }
+        }
+    }
+}
+
+/// Where an encoder looks segments up: the shared [`SegmentCache`] (pool threads) or one
+/// thread's own [`LocalSegmentCache`] (data cores). Either way the ids appended are exactly
+/// `encode(segment)`'s.
+pub(crate) trait Segments {
+    /// Appends the ids of `segment` to `out`, from the cache or from `encode(segment)`.
+    fn extend_with(&self, segment: &str, out: &mut Vec<u32>, encode: impl FnOnce(&str) -> Vec<u32>);
+}
+
+impl Segments for SegmentCache {
+    fn extend_with(
+        &self,
+        segment: &str,
+        out: &mut Vec<u32>,
+        encode: impl FnOnce(&str) -> Vec<u32>,
+    ) {
+        SegmentCache::extend_with(self, segment, out, encode)
+    }
+}
+
+/// One thread's own segment cache (`!Sync`: no lock, no atomic, nothing shared with another
+/// thread), one CLOCK shard of a fixed token budget. Data cores tokenize inline through it, so
+/// the request path never takes a lock.
+pub struct LocalSegmentCache {
+    shard: std::cell::RefCell<Shard>,
+    budget: usize,
+}
+
+impl LocalSegmentCache {
+    /// A cache of at most `budget_tokens` tokens (0 disables it).
+    pub fn new(budget_tokens: usize) -> LocalSegmentCache {
+        LocalSegmentCache {
+            shard: std::cell::RefCell::new(Shard::default()),
+            budget: budget_tokens,
+        }
+    }
+
+    /// Tokens held now.
+    pub fn tokens(&self) -> usize {
+        self.shard.borrow().tokens
+    }
+}
+
+impl Segments for LocalSegmentCache {
+    fn extend_with(
+        &self,
+        segment: &str,
+        out: &mut Vec<u32>,
+        encode: impl FnOnce(&str) -> Vec<u32>,
+    ) {
+        if self.budget > 0 && self.shard.borrow_mut().get(segment, out) {
+            return;
+        }
+        let ids: Arc<[u32]> = encode(segment).into();
+        out.extend_from_slice(&ids);
+        if self.budget > 0 && ids.len() <= self.budget && !ids.is_empty() {
+            self.shard.borrow_mut().insert(segment, ids, self.budget);
+        }
+    }
 }
 
 /// A bounded map from segment text to its token ids.
@@ -88,14 +201,13 @@ impl SegmentCache {
             return;
         }
         let shard = self.shard(segment);
+        if shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(segment, out)
         {
-            let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(slot) = s.map.get_mut(segment) {
-                slot.referenced = true;
-                out.extend_from_slice(&slot.ids);
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let ids: Arc<[u32]> = encode(segment).into();
@@ -103,38 +215,25 @@ impl SegmentCache {
         if ids.len() > self.shard_budget || ids.is_empty() {
             return;
         }
-        let mut s = shard.lock().unwrap_or_else(|p| p.into_inner());
-        let key: Arc<str> = segment.into();
-        let n = ids.len();
-        match s.map.entry(key.clone()) {
-            Entry::Occupied(_) => return,
-            Entry::Vacant(v) => {
-                v.insert(Slot {
-                    ids,
-                    referenced: false,
-                });
-            }
-        }
-        s.ring.push_back(key.clone());
-        s.tokens += n;
-        while s.tokens > self.shard_budget {
-            let Some(victim) = s.ring.pop_front() else {
-                break;
-            };
-            if Arc::ptr_eq(&victim, &key) && s.ring.is_empty() {
-                s.ring.push_back(victim);
-                break;
-            }
-            let referenced = s.map.get(&victim).is_some_and(|slot| slot.referenced);
-            if referenced {
-                if let Some(slot) = s.map.get_mut(&victim) {
-                    slot.referenced = false;
-                }
-                s.ring.push_back(victim);
-            } else if let Some(slot) = s.map.remove(&victim) {
-                s.tokens -= slot.ids.len();
-            }
-        }
+        shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(segment, ids, self.shard_budget);
+    }
+
+    /// Holds every shard's mutex until the guards are dropped (tests: the inline path must not
+    /// need any of them).
+    #[cfg(test)]
+    pub(crate) fn lock_all(&self) -> Vec<std::sync::MutexGuard<'_, Shard>> {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect()
+    }
+
+    /// The budget of one shard, which is also the budget of each thread's inline cache.
+    pub(crate) fn shard_budget(&self) -> usize {
+        self.shard_budget
     }
 
     /// The counters now.

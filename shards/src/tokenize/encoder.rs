@@ -2,7 +2,7 @@
 //!
 //! HF tokenizers first cut the text at added / special tokens and encode every piece between
 //! them on its own (normalizer, pre-tokenizer, model). [`HfEncoder`] makes the same cut with
-//! the tokenizer's own added vocabulary and looks each piece up in the [`SegmentCache`], so the
+//! the tokenizer's own added vocabulary and looks each piece up in a segment cache (shared or per thread), so the
 //! ids are exactly the library's. Tokenizers whose pre-tokenizer treats the first piece
 //! differently (`Metaspace` with `prepend_scheme: first`) are encoded whole, uncached.
 //! The builtin tokenizer is cut after every newline, always a piece boundary for it.
@@ -15,7 +15,7 @@
 use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::{OffsetReferential, OffsetType, Tokenizer};
 
-use super::cache::SegmentCache;
+use super::cache::Segments;
 use super::fast_bpe::FastBpe;
 use crate::builtin::BuiltinTokenizer;
 
@@ -107,7 +107,7 @@ impl HfEncoder {
 
     /// The same ids as [`encode_uncached`](Self::encode_uncached), with the text between
     /// added tokens looked up in `cache`.
-    pub fn encode(&self, text: &str, add_special_tokens: bool, cache: &SegmentCache) -> Vec<u32> {
+    pub fn encode(&self, text: &str, add_special_tokens: bool, cache: &impl Segments) -> Vec<u32> {
         let wrap = match (&self.wrap, add_special_tokens) {
             (_, false) => None,
             (Some(w), true) => Some(w),
@@ -190,7 +190,7 @@ fn raw_added_token_matcher(tokenizer: &Tokenizer) -> Option<(AhoCorasick, Vec<u3
 
 /// The builtin tokenizer's ids for `text` (with BOS first when `add_bos`), each line looked up
 /// in `cache`. Equal to `BuiltinTokenizer::encode_with_special(text, add_bos)`.
-pub fn builtin_encode(text: &str, add_bos: bool, cache: &SegmentCache) -> Vec<u32> {
+pub fn builtin_encode(text: &str, add_bos: bool, cache: &impl Segments) -> Vec<u32> {
     let tok = BuiltinTokenizer::new();
     let mut out = Vec::with_capacity(text.len() / 4 + 2);
     if add_bos {

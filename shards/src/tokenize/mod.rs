@@ -40,11 +40,14 @@ mod json;
 mod source;
 mod template;
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
-pub use cache::{CacheStats, SegmentCache};
+use cache::Segments;
+pub use cache::{CacheStats, LocalSegmentCache, SegmentCache};
 pub use content_format::{detect as detect_content_format, ContentFormat};
 pub use error::{LoadError, Unpredictable};
 pub use fixtures::{fixtures_required, locked_families, real_fixture, MissingFixture};
@@ -81,6 +84,15 @@ pub struct ModelTokenizer {
     special_tokens: Vec<(String, String)>,
     max_model_len: Option<usize>,
     cache: SegmentCache,
+    /// Identity and liveness of this tokenizer for the per-thread inline caches.
+    local_key: Arc<()>,
+}
+
+thread_local! {
+    /// This thread's inline segment caches, one per live tokenizer it used (see
+    /// [`ModelTokenizer::prompt_ids_inline`]). Entries of dropped tokenizers are pruned when a
+    /// new tokenizer is first used on the thread.
+    static INLINE_CACHES: RefCell<Vec<(Weak<()>, LocalSegmentCache)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl std::fmt::Debug for ModelTokenizer {
@@ -179,6 +191,7 @@ impl ModelTokenizer {
             ],
             max_model_len: None,
             cache: SegmentCache::new(cache_tokens),
+            local_key: Arc::new(()),
         }
     }
 
@@ -312,6 +325,7 @@ impl ModelTokenizer {
             special_tokens,
             max_model_len,
             cache: SegmentCache::new(cache_tokens),
+            local_key: Arc::new(()),
         })
     }
 
@@ -329,9 +343,46 @@ impl ModelTokenizer {
             return Err(Unpredictable::NotAnObject);
         }
         match endpoint {
-            Endpoint::Chat => self.chat_ids(&body, config_kwargs),
-            Endpoint::Completion => self.completion_ids(&body),
+            Endpoint::Chat => self.chat_ids(&body, config_kwargs, &self.cache),
+            Endpoint::Completion => self.completion_ids(&body, &self.cache),
         }
+    }
+
+    /// [`prompt_ids`](Self::prompt_ids) for a data core tokenizing a body inline: the same ids,
+    /// byte for byte, but segments are looked up in this thread's own [`LocalSegmentCache`] for
+    /// this tokenizer (one shard's budget, `cache_tokens / 16`), never in the shared cache, so
+    /// the call takes none of the shared cache's locks and cannot wait for a pool thread.
+    pub fn prompt_ids_inline(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+        config_kwargs: &serde_json::Map<String, Value>,
+    ) -> Result<Vec<u32>, Unpredictable> {
+        let body = J::parse(body).ok_or(Unpredictable::InvalidJson)?;
+        if !matches!(body, J::Obj(_)) {
+            return Err(Unpredictable::NotAnObject);
+        }
+        INLINE_CACHES.with(|caches| {
+            let mut caches = caches.borrow_mut();
+            let key = Arc::as_ptr(&self.local_key);
+            // A live Weak keeps the allocation, so a pointer match is this very tokenizer.
+            let at = match caches.iter().position(|(k, _)| k.as_ptr() == key) {
+                Some(at) => at,
+                None => {
+                    caches.retain(|(k, _)| k.strong_count() > 0);
+                    caches.push((
+                        Arc::downgrade(&self.local_key),
+                        LocalSegmentCache::new(self.cache.shard_budget()),
+                    ));
+                    caches.len() - 1
+                }
+            };
+            let cache = &caches[at].1;
+            match endpoint {
+                Endpoint::Chat => self.chat_ids(&body, config_kwargs, cache),
+                Endpoint::Completion => self.completion_ids(&body, cache),
+            }
+        })
     }
 
     /// The rendered chat prompt text of a chat body (before encoding) and whether it is
@@ -384,12 +435,13 @@ impl ModelTokenizer {
         &self,
         body: &J,
         config_kwargs: &serde_json::Map<String, Value>,
+        cache: &impl Segments,
     ) -> Result<Vec<u32>, Unpredictable> {
         let (text, add_special) = self.render_parsed(body, config_kwargs)?;
-        Ok(self.encode(&text, add_special))
+        Ok(self.encode_via(&text, add_special, cache))
     }
 
-    fn completion_ids(&self, body: &J) -> Result<Vec<u32>, Unpredictable> {
+    fn completion_ids(&self, body: &J, cache: &impl Segments) -> Result<Vec<u32>, Unpredictable> {
         for (field, what) in [
             ("prompt_embeds", "prompt_embeds"),
             ("suffix", "suffix"),
@@ -419,13 +471,13 @@ impl ModelTokenizer {
         };
         let invalid = |why: &str| Unpredictable::InvalidRequest(why.into());
         match body.get("prompt") {
-            Some(J::Str(s)) => Ok(self.encode(s, add_special)),
+            Some(J::Str(s)) => Ok(self.encode_via(s, add_special, cache)),
             Some(J::Arr(items)) if items.is_empty() => Err(invalid("prompt is empty")),
             Some(J::Arr(items)) if items.iter().all(|v| matches!(v, J::Int(_))) => {
                 token_ids(items).ok_or_else(|| invalid("token id out of range"))
             }
             Some(J::Arr(items)) if items.len() == 1 => match &items[0] {
-                J::Str(s) => Ok(self.encode(s, add_special)),
+                J::Str(s) => Ok(self.encode_via(s, add_special, cache)),
                 J::Arr(ids) if !ids.is_empty() => {
                     token_ids(ids).ok_or_else(|| invalid("token id out of range"))
                 }
@@ -446,9 +498,13 @@ impl ModelTokenizer {
     /// `add_special_tokens`, as `tokenizer.encode(text, add_special_tokens=...)` computes them.
     /// Served from the segment cache where possible; the ids never depend on the cache.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Vec<u32> {
+        self.encode_via(text, add_special_tokens, &self.cache)
+    }
+
+    fn encode_via(&self, text: &str, add_special_tokens: bool, cache: &impl Segments) -> Vec<u32> {
         match &self.kind {
-            Kind::Builtin => encoder::builtin_encode(text, add_special_tokens, &self.cache),
-            Kind::Hf(enc) => enc.encode(text, add_special_tokens, &self.cache),
+            Kind::Builtin => encoder::builtin_encode(text, add_special_tokens, cache),
+            Kind::Hf(enc) => enc.encode(text, add_special_tokens, cache),
         }
     }
 

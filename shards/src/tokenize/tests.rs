@@ -135,6 +135,15 @@ fn hf_tokenizer_with_template_and_bos_rules() {
         )
         .expect("ids");
     assert_eq!(ids, vec![0, 5, 6, 3, 1, 7, 6]);
+    // Inline (this thread's own cache, cold then warm) gives the same ids.
+    for _ in 0..2 {
+        let inline = t.prompt_ids_inline(
+            Endpoint::Chat,
+            br#"{"messages":[{"role":"user","content":"hello"}]}"#,
+            &none(),
+        );
+        assert_eq!(inline.expect("ids"), ids);
+    }
     let ids = t
         .prompt_ids(
             Endpoint::Chat,
@@ -175,4 +184,56 @@ fn no_template_means_no_chat_prediction() {
         Err(Unpredictable::NoChatTemplate)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A data core tokenizing inline needs none of the shared cache's locks: with every shard mutex
+/// held by another thread, inline tokenization (cold and then warm in its own cache) completes
+/// with the same ids as the shared path. The wait is bounded, so a lock taken would fail the
+/// test instead of hanging it.
+#[test]
+fn inline_tokenization_takes_no_shared_lock() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let t = std::sync::Arc::new(load("builtin:sim", None).expect("builtin"));
+    let chat = br#"{"messages":[{"role":"system","content":"Be brief.\nAlways."},{"role":"user","content":"hi"}]}"#;
+    let completion = br#"{"prompt":"one\ntwo\nthree"}"#;
+    let want = (
+        t.prompt_ids(Endpoint::Chat, chat, &none()).expect("ids"),
+        t.prompt_ids(Endpoint::Completion, completion, &none())
+            .expect("ids"),
+    );
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let holder = {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let guards = t.cache.lock_all();
+            locked_tx.send(()).expect("test waits");
+            let _ = release_rx.recv();
+            drop(guards);
+        })
+    };
+    locked_rx.recv().expect("holder locked every shard");
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push((
+                    t.prompt_ids_inline(Endpoint::Chat, chat, &none()),
+                    t.prompt_ids_inline(Endpoint::Completion, completion, &none()),
+                ));
+            }
+            let _ = done_tx.send(got);
+        });
+    }
+    let got = done_rx.recv_timeout(Duration::from_secs(60));
+    release_tx.send(()).expect("holder waits");
+    holder.join().expect("holder");
+    let got = got.expect("inline tokenization waited on a shared-cache lock");
+    for (c, p) in got {
+        assert_eq!(c.expect("chat ids"), want.0);
+        assert_eq!(p.expect("completion ids"), want.1);
+    }
 }
