@@ -347,7 +347,9 @@ mod tests {
         );
         assert_eq!(config.models.len(), 1);
         assert_eq!(config.models[0].name, "sim-llama");
-        assert_eq!(config.models[0].policy, Some(PolicyKind::LeastRequest));
+        // The local example shows the product: cache-aware pricing over the builtin tokenizer.
+        assert_eq!(config.models[0].policy, Some(PolicyKind::CostModel));
+        assert_eq!(config.models[0].tokenizer.as_deref(), Some("builtin:sim"));
         assert_eq!(config.model_index("llama"), Some(0));
         assert_eq!(config.model_index("sim-llama"), Some(0));
         assert_eq!(config.model_index("other"), None);
