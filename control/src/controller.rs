@@ -2,15 +2,18 @@
 //! reports, discovery, metrics epochs, and snapshot publication to the data cores.
 //!
 //! Everything here runs on the control thread. Inputs arrive as method calls from its tasks
-//! (request reports from the cores, probe and scrape results, ticks, admin calls); every change
-//! that matters to routing ends in [`Controller::publish`], which builds one immutable snapshot,
-//! hands it to every core's mailbox and rings its doorbell.
+//! (request reports from the cores, probe and scrape results, ticks, admin calls). The rules for
+//! health and replica facts are the pure [`crate::fleet::book::ReplicaBook`]'s, which answers
+//! with effects; this shell carries them out (log lines, the KV index, worker tasks) and every
+//! change that matters to routing ends in [`Controller::publish`], which builds one immutable
+//! snapshot, hands it to every core's mailbox and rings its doorbell.
 
+use crate::fleet::book::{Effect, ReplicaBook};
 use crate::fleet::discovery::{DiscoveredMember, Discovery, Resolver};
-use crate::fleet::engine_load::EngineLoad;
-use crate::fleet::health::{HealthBook, HealthChange, HealthSettings};
+
+use crate::fleet::health::{HealthBook, HealthSettings};
 use crate::fleet::registry::{static_replicas, Changes, Registry, Source, Wanted};
-use crate::fleet::scrape::ScrapeOutcome;
+
 use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
 use crate::live_config::{Applied, ConfigStore, Refusal};
 use crate::observe::decision_log::DecisionLogHandle;
@@ -23,7 +26,7 @@ use inferrail_dataplane::metrics::ReplicaGauges;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
 use inferrail_dataplane::predict::Predictor;
 use inferrail_dataplane::reports::{ReplicaReport, ReportQueue};
-use inferrail_dataplane::snapshot::{ConfigPart, EngineReport, ReplicaLive, ReplicaSpec, Snapshot};
+use inferrail_dataplane::snapshot::{ConfigPart, ReplicaLive, ReplicaSpec, Snapshot};
 use inferrail_routing::FleetFacts;
 use inferrail_sync::{LedgerReading, Mailbox};
 use std::cell::RefCell;
@@ -40,55 +43,7 @@ const RETAINED_SNAPSHOTS: usize = 8;
 /// How long a config that adds DNS discovery waits for the first answers.
 pub const DISCOVERY_START_WAIT: Duration = Duration::from_secs(2);
 
-/// How the last scrape of a replica went.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ScrapeState {
-    /// Not scraped yet.
-    Never,
-    /// A readable report.
-    Ok,
-    /// The page was missing a family or not 200.
-    Unreadable(String),
-    /// No page (timeout, refused, too large, garbage).
-    Failed(String),
-}
-
-/// Per-replica facts the control thread keeps beside the health book.
-#[derive(Debug, Clone)]
-pub struct ReplicaFacts {
-    /// Latest readable engine report.
-    pub report: Option<EngineReport>,
-    /// Engine kind of the latest report (`vllm` / `sglang`).
-    pub engine: Option<&'static str>,
-    /// Last scrape.
-    pub scrape: ScrapeState,
-    /// Scrapes by result: ok, unreadable, failed.
-    pub scrapes: [u64; 3],
-    /// Times the replica was ejected.
-    pub ejections: u64,
-    /// When the current streak of failed requests began (a core's clock at the first failure).
-    pub streak_started: Option<Instant>,
-    /// The last ejection: time from the streak's first failure, and from the failure that
-    /// tripped it, to the ejection on the control thread.
-    pub last_ejection: Option<(Duration, Duration)>,
-    /// The capacity in blocks last given to the index for this replica.
-    pub index_capacity: Option<u64>,
-}
-
-impl Default for ReplicaFacts {
-    fn default() -> Self {
-        ReplicaFacts {
-            report: None,
-            engine: None,
-            scrape: ScrapeState::Never,
-            scrapes: [0; 3],
-            ejections: 0,
-            streak_started: None,
-            last_ejection: None,
-            index_capacity: None,
-        }
-    }
-}
+pub use crate::fleet::book::{ReplicaFacts, ScrapeState};
 
 /// Counters of the control plane itself, for `/metrics`.
 #[derive(Debug, Default, Clone)]
@@ -97,8 +52,6 @@ pub struct ControlCounters {
     pub reloads: BTreeMap<&'static str, u64>,
     /// Snapshots published.
     pub publishes: u64,
-    /// Ejections refused by `max_ejection_percent`.
-    pub ejections_refused: u64,
 }
 
 /// The cores' side of publication.
@@ -214,9 +167,8 @@ pub struct Controller {
     part: ConfigPart,
     created_unix: u64,
     registry: Registry,
-    /// Health of every member.
-    pub health: HealthBook,
-    facts: HashMap<u64, ReplicaFacts>,
+    /// Health and facts of every member (pure: the events' rules live there).
+    pub book: ReplicaBook,
     workers: HashMap<u64, WorkerHandle>,
     worker_settings: Rc<RefCell<WorkerSettings>>,
     discovery: Option<Discovery>,
@@ -301,19 +253,6 @@ pub fn wanted_members(statics: Vec<Wanted>, discovered: &[DiscoveredMember]) -> 
     all
 }
 
-fn report_of(load: &EngineLoad, received: Instant) -> EngineReport {
-    EngineReport {
-        running: load.running,
-        waiting: load.waiting,
-        kv_cache_usage: load.kv_cache_usage,
-        prefix_cache_queries: load.prefix_cache_queries,
-        prefix_cache_hits: load.prefix_cache_hits,
-        preemptions: load.preemptions,
-        kv_capacity_blocks: load.kv_capacity_blocks,
-        received,
-    }
-}
-
 impl Controller {
     /// Builds the controller from its seed and starts a worker per member. Must run on the
     /// control thread's runtime.
@@ -321,15 +260,15 @@ impl Controller {
         let config = seed.store.config().clone();
         let core_count = seed.cores.mailboxes.len();
         let epoch = seed.first.metrics.clone();
-        let mut health = HealthBook::new(HealthSettings::from_config(&config.health));
-        health.sync_members(&members_for_health(&seed.registry));
+        let mut book =
+            ReplicaBook::new(HealthBook::new(HealthSettings::from_config(&config.health)));
+        book.sync_members(&members_for_health(&seed.registry));
         let ctl = Rc::new(RefCell::new(Controller {
             store: seed.store,
             part: seed.part,
             created_unix: seed.created_unix,
             registry: seed.registry,
-            health,
-            facts: HashMap::new(),
+            book,
             workers: HashMap::new(),
             worker_settings: Rc::new(RefCell::new(WorkerSettings::from_config(
                 &config.health,
@@ -363,7 +302,8 @@ impl Controller {
                 .filter_map(|m| Some((m.spec.key, m.spec.kv_capacity_blocks?)))
                 .collect();
             for (key, blocks) in configured {
-                c.index_capacity(key, blocks, true);
+                let effects = c.book.capacity(key, blocks);
+                c.carry_out(effects);
             }
         }
         ctl
@@ -376,7 +316,7 @@ impl Controller {
 
     /// Facts about a member.
     pub fn facts(&self, key: u64) -> Option<&ReplicaFacts> {
-        self.facts.get(&key)
+        self.book.facts(key)
     }
 
     /// The source (static / DNS group) of a member.
@@ -388,7 +328,6 @@ impl Controller {
     fn sync_workers(&mut self) {
         let keys: Vec<u64> = self.registry.members().iter().map(|m| m.spec.key).collect();
         self.workers.retain(|k, _| keys.contains(k));
-        self.facts.retain(|k, _| keys.contains(k));
         for m in self.registry.members() {
             if self.workers.contains_key(&m.spec.key) {
                 continue;
@@ -410,150 +349,70 @@ impl Controller {
                 sink,
             );
             self.workers.insert(m.spec.key, handle);
-            self.facts.entry(m.spec.key).or_default();
         }
     }
 
     /// A probe or scrape result from a replica worker.
     pub fn on_worker_event(&mut self, event: WorkerEvent) {
-        match event {
-            WorkerEvent::Probe { key, ok, at } => {
-                let changes = self.health.probe_result(key, ok, at);
-                if self.note_changes(&changes) {
-                    self.publish();
-                }
-            }
+        let effects = match event {
+            WorkerEvent::Probe { key, ok, at } => self.book.on_probe(key, ok, at),
             WorkerEvent::Scrape {
                 key,
                 outcome,
                 finished,
                 ..
             } => {
-                let Some(facts) = self.facts.get_mut(&key) else {
-                    return;
-                };
-                match outcome {
-                    ScrapeOutcome::Report(load) => {
-                        // Prefix cache counters going backwards: the engine restarted with an
-                        // empty cache, so what the index remembers for it is gone.
-                        let restarted = facts.report.is_some_and(|prev| {
-                            load.prefix_cache_queries < prev.prefix_cache_queries
-                                || load.prefix_cache_hits < prev.prefix_cache_hits
-                        });
-                        let capacity = load.kv_capacity_blocks;
-                        facts.report = Some(report_of(&load, finished));
-                        facts.engine = Some(load.engine.as_str());
-                        facts.scrape = ScrapeState::Ok;
-                        facts.scrapes[0] += 1;
-                        if restarted {
-                            self.index_restarted(key);
-                        }
-                        if let Some(blocks) = capacity {
-                            self.index_capacity(key, blocks, false);
-                        }
-                    }
-                    ScrapeOutcome::Unreadable(why) => {
-                        facts.scrape = ScrapeState::Unreadable(why);
-                        facts.scrapes[1] += 1;
-                    }
-                    ScrapeOutcome::Failed(e) => {
-                        facts.scrape = ScrapeState::Failed(e.to_string());
-                        facts.scrapes[2] += 1;
-                    }
-                }
-                // A fresh report goes out at once: the age a routing decision sees is bounded by
-                // the scrape interval plus the time to publish.
-                self.publish();
+                let configured = self
+                    .registry
+                    .get(key)
+                    .and_then(|m| m.spec.kv_capacity_blocks);
+                self.book.on_scrape(key, outcome, finished, configured)
             }
-        }
+        };
+        self.carry_out(effects);
     }
 
     /// Request results reported by the data cores.
     pub fn on_reports(&mut self, batch: &[ReplicaReport]) {
-        let mut changed = false;
-        for r in batch {
-            let before = self.health.failure_streak(r.key) > 0;
-            if let Some(f) = self.facts.get_mut(&r.key) {
-                match (r.ok, f.streak_started) {
-                    (true, _) => f.streak_started = None,
-                    (false, None) => f.streak_started = Some(r.at),
-                    (false, Some(_)) => {}
-                }
-            }
-            let changes = self.health.request_result(r.key, r.ok, r.at);
-            let now = Instant::now();
-            for change in &changes {
-                if let HealthChange::Ejected { key, .. } = change {
-                    if let Some(f) = self.facts.get_mut(key) {
-                        let first = f.streak_started.unwrap_or(r.at);
-                        f.last_ejection = Some((
-                            now.saturating_duration_since(first),
-                            now.saturating_duration_since(r.at),
-                        ));
-                        f.streak_started = None;
-                    }
-                }
-            }
-            changed |= self.note_changes(&changes);
-            changed |= before != (self.health.failure_streak(r.key) > 0);
-        }
-        if changed {
-            self.publish();
-        }
+        let effects = self.book.on_reports(batch, Instant::now());
+        self.carry_out(effects);
     }
 
-    /// Logs and counts health changes; true when any happened.
-    fn note_changes(&mut self, changes: &[HealthChange]) -> bool {
-        for change in changes {
-            let (key, text) = match change {
-                HealthChange::ProbeDown { key } => (
-                    *key,
-                    "failed its health checks: out of rotation".to_string(),
-                ),
-                HealthChange::ProbeUp { key } => (
-                    *key,
-                    "passes its health checks: back in rotation".to_string(),
-                ),
-                HealthChange::Ejected { key, backoff, .. } => {
-                    let timing = self.facts.get_mut(key).and_then(|f| {
-                        f.ejections += 1;
-                        f.last_ejection
-                    });
-                    let timing = timing.map_or(String::new(), |(first, trip)| {
-                        format!(
-                            " ({first:?} after its first failed request, {trip:?} after the one \
-                             that tripped it)"
-                        )
-                    });
-                    (
-                        *key,
-                        format!(
-                            "ejected for {backoff:?} after consecutive failed requests{timing}"
-                        ),
-                    )
+    /// Does what the book asked, in order (one publish at the end at most); true when it asked
+    /// for anything.
+    fn carry_out(&mut self, effects: Vec<Effect>) -> bool {
+        let mut publish = false;
+        let any = !effects.is_empty();
+        for effect in effects {
+            match effect {
+                Effect::Log { key, text } => {
+                    let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
+                    eprintln!("inferrail: replica {id} {text}");
                 }
-                HealthChange::Readmitted { key } => {
-                    (*key, "readmitted after its ejection".to_string())
+                Effect::IndexClear(key) => {
+                    if let Some(p) = &self.observers.predictor {
+                        let _ = p.index().clear(key);
+                    }
                 }
-                HealthChange::EjectionRefused { key } => {
-                    self.counters.ejections_refused += 1;
-                    (
-                        *key,
-                        "kept in rotation: max_ejection_percent reached".to_string(),
-                    )
+                Effect::IndexCapacity { key, usable } => {
+                    if let Some(p) = &self.observers.predictor {
+                        let _ = p.index().set_capacity(key, usable as usize);
+                    }
                 }
-            };
-            let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
-            eprintln!("inferrail: replica {id} {text}");
+                Effect::Publish => publish = true,
+            }
         }
-        !changes.is_empty()
+        if publish {
+            self.publish();
+        }
+        any
     }
 
     /// Periodic work: ejection expiry, discovery results, and a publish that refreshes the cores'
     /// view of each other's load when the last one is older than `refresh`.
     pub fn tick(&mut self, now: Instant, refresh: Duration) {
-        let changes = self.health.tick(now);
-        let mut dirty = self.note_changes(&changes);
+        let effects = self.book.tick(now);
+        let mut dirty = self.carry_out(effects);
         if let Some(members) = self.discovery.as_ref().and_then(Discovery::poll) {
             self.discovered = members;
             let changes = self
@@ -587,8 +446,7 @@ impl Controller {
                 changes.removed.len()
             );
         }
-        self.health
-            .sync_members(&members_for_health(&self.registry));
+        self.book.sync_members(&members_for_health(&self.registry));
         self.sync_workers();
         if let Some(p) = &self.observers.predictor {
             for key in &changes.removed {
@@ -601,45 +459,11 @@ impl Controller {
                 .get(*key)
                 .and_then(|m| m.spec.kv_capacity_blocks)
             {
-                self.index_capacity(*key, blocks, true);
+                let effects = self.book.capacity(*key, blocks);
+                self.carry_out(effects);
             }
         }
         true
-    }
-
-    /// Sizes the index's shadow of `key` (config capacity wins over the engine's report).
-    fn index_capacity(&mut self, key: u64, blocks: u64, from_config: bool) {
-        let Some(p) = &self.observers.predictor else {
-            return;
-        };
-        let configured = self
-            .registry
-            .get(key)
-            .and_then(|m| m.spec.kv_capacity_blocks);
-        if !from_config && configured.is_some() {
-            return;
-        }
-        let Some(f) = self.facts.get_mut(&key) else {
-            return;
-        };
-        if f.index_capacity != Some(blocks) {
-            f.index_capacity = Some(blocks);
-            // vLLM's pool counts its null block (block 0), which never holds a prompt.
-            let usable = blocks.saturating_sub(1).max(1);
-            let _ = p.index().set_capacity(key, usable as usize);
-        }
-    }
-
-    /// Forgets what the index predicted for an engine that restarted.
-    fn index_restarted(&mut self, key: u64) {
-        if let Some(p) = &self.observers.predictor {
-            let _ = p.index().clear(key);
-            let id = self.registry.get(key).map_or("?", |m| m.spec.id.as_str());
-            eprintln!(
-                "inferrail: replica {id}: its prefix cache counters went back (engine restart); \
-                 its index entries are cleared"
-            );
-        }
     }
 
     /// Applies a JSON merge patch to the config in effect. Returns the generation in effect.
@@ -702,7 +526,8 @@ impl Controller {
             }
         };
         self.part = part;
-        self.health
+        self.book
+            .health
             .set_settings(HealthSettings::from_config(&config.health));
         *self.worker_settings.borrow_mut() =
             WorkerSettings::from_config(&config.health, &config.load);
@@ -715,8 +540,8 @@ impl Controller {
         self.statics = statics;
         self.membership_changed(&changes);
         let now = Instant::now();
-        let changes = self.health.tick(now);
-        self.note_changes(&changes);
+        let effects = self.book.tick(now);
+        self.carry_out(effects);
         self.publish();
     }
 
@@ -801,9 +626,9 @@ impl Controller {
             .map(|m| {
                 let key = m.spec.key;
                 let live = ReplicaLive {
-                    routable: self.health.routable(key, now),
-                    failure_streak: self.health.failure_streak(key) > 0,
-                    report: self.facts.get(&key).and_then(|f| f.report),
+                    routable: self.book.health.routable(key, now),
+                    failure_streak: self.book.health.failure_streak(key) > 0,
+                    report: self.book.facts(key).and_then(|f| f.report),
                 };
                 (m.spec.clone(), live)
             })

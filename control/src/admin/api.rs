@@ -39,7 +39,7 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
         .iter()
         .map(|r| {
             let key = r.spec.key;
-            let health = ctl.health.status(key, now);
+            let health = ctl.book.health.status(key, now);
             let facts = ctl.facts(key).cloned().unwrap_or_default();
             let load = ctl.load_now(&r.spec.id);
             let engine = facts.report.map(|rep| {
@@ -68,7 +68,7 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
                 "authority": r.spec.authority,
                 "source": ctl.source(key).map(|s| s.label()),
                 "models": r.spec.models,
-                "routable": ctl.health.routable(key, now),
+                "routable": ctl.book.health.routable(key, now),
                 "healthy": health.map(|h| h.probe_healthy),
                 "consecutive_probe_failures": health.map(|h| h.consecutive_probe_failures),
                 "consecutive_request_failures": health.map(|h| h.consecutive_request_failures),
@@ -182,11 +182,11 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
         .iter()
         .map(|r| {
             let key = r.spec.key;
-            let health = ctl.health.status(key, now);
+            let health = ctl.book.health.status(key, now);
             let facts = ctl.facts(key).cloned().unwrap_or_default();
             ReplicaRow {
                 id: r.spec.id.clone(),
-                routable: ctl.health.routable(key, now),
+                routable: ctl.book.health.routable(key, now),
                 probe_healthy: health.is_some_and(|h| h.probe_healthy),
                 ejected: ejected_until(health, now).is_some(),
                 ejections: facts.ejections,
@@ -216,7 +216,7 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
         config_generation: ctl.store.generation(),
         reloads: ctl.counters.reloads.iter().map(|(k, v)| (*k, *v)).collect(),
         publishes: ctl.counters.publishes,
-        ejections_refused: ctl.counters.ejections_refused,
+        ejections_refused: ctl.book.ejections_refused,
         replicas,
         policy_shares,
         shadow,
