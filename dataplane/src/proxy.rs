@@ -22,6 +22,7 @@ use inferrail_sync::QueueTicket;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 use std::future::{pending, Future};
+use std::pin::pin;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -131,7 +132,7 @@ impl Driver<'_> {
                 }
                 // Backing off: until the next timer or the client leaving.
                 let client = Some((&mut self.watch, &self.conn.stream));
-                let raced = race(pending::<()>(), self.ex.timer(), client, None).await;
+                let raced = race(pin!(pending::<()>()), self.ex.timer(), client, None).await;
                 feed(&mut self.ex, raced);
                 continue;
             };
@@ -162,7 +163,7 @@ impl Driver<'_> {
     async fn wait_for_slot(&mut self) {
         let client = Some((&mut self.watch, &self.conn.stream));
         let tick = monoio::time::sleep(SLOT_POLL);
-        match race(tick, self.ex.timer(), client, None).await {
+        match race(pin!(tick), self.ex.timer(), client, None).await {
             Raced::Done(()) => {
                 if has_room(self.view, self.req.model) {
                     self.waiting_for_slot = false;
@@ -188,7 +189,7 @@ impl Driver<'_> {
         l.response = None;
         let client = Some((&mut self.watch, &self.conn.stream));
         let io = upstream::connect(self.view, replica, pooled);
-        match race(io, self.ex.timer(), client, Some(&mut l.left)).await {
+        match race(pin!(io), self.ex.timer(), client, Some(&mut l.left)).await {
             Raced::Done(Ok((stream, reused))) => {
                 l.upstream = Some(stream);
                 self.ex.handle(Event::Connected { reused }, Instant::now());
@@ -219,7 +220,7 @@ impl Driver<'_> {
         let authority = &self.view.snap.replicas[*replica].spec.authority;
         let io = upstream::send(up, &req.head, &self.common, authority, &req.body);
         let client = Some((&mut self.watch, &self.conn.stream));
-        match race(io, self.ex.timer(), client, Some(left)).await {
+        match race(pin!(io), self.ex.timer(), client, Some(left)).await {
             Raced::Done(true) => self.ex.handle(Event::RequestWritten, Instant::now()),
             Raced::Done(false) => self.ex.handle(closed, Instant::now()),
             other => feed(&mut self.ex, other),
@@ -244,7 +245,7 @@ impl Driver<'_> {
         };
         let client = Some((&mut self.watch, &self.conn.stream));
         let raced = race(
-            upstream::read_head(up, spare),
+            pin!(upstream::read_head(up, spare)),
             self.ex.timer(),
             client,
             Some(left),
@@ -513,7 +514,7 @@ async fn relay(
                 view.recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
-            match race(conn.stream.write_all(out), ex.timer(), None, None).await {
+            match race(pin!(conn.stream.write_all(out)), ex.timer(), None, None).await {
                 Raced::Done((res, returned)) => {
                     out = returned;
                     out.clear();
@@ -541,7 +542,7 @@ async fn relay(
         }
         buf.clear();
         let client = Some((&mut *watch, &conn.stream));
-        match race(read_more(&mut up, buf), ex.timer(), client, None).await {
+        match race(pin!(read_more(&mut up, buf)), ex.timer(), client, None).await {
             Raced::Done((res, returned)) => {
                 buf = returned;
                 match res {
