@@ -57,27 +57,24 @@ impl NotOffered {
 /// Every replica serving `model` (snapshot order): its candidate when it would be offered, else
 /// why not. The data cores route from exactly these offers
 /// ([`crate::core_state::CoreView::candidates`]) and the admin's explain shows them, so the two
-/// read the same ledgers and cannot disagree.
+/// read the same ledgers and cannot disagree. Lazy: the request path collects only the offered
+/// ones, into one vector.
 pub fn offers(
     snap: &Snapshot,
     model: usize,
     now: Instant,
     fleet_now: u64,
-) -> Vec<(usize, Result<Candidate, NotOffered>)> {
+) -> impl Iterator<Item = (usize, Result<Candidate, NotOffered>)> + '_ {
     let max_age = snap.settings.max_report_age;
-    snap.models[model]
-        .replicas
-        .iter()
-        .filter_map(|&i| {
-            let entry = snap.replicas.get(i)?;
-            let offer = if !entry.live.routable {
-                Err(NotOffered::OutOfRotation)
-            } else if entry.spec.ledger.in_flight() >= entry.spec.max_concurrency {
-                Err(NotOffered::AtCapacity)
-            } else {
-                Ok(candidate(i, entry, now, max_age, fleet_now))
-            };
-            Some((i, offer))
-        })
-        .collect()
+    snap.models[model].replicas.iter().filter_map(move |&i| {
+        let entry = snap.replicas.get(i)?;
+        let offer = if !entry.live.routable {
+            Err(NotOffered::OutOfRotation)
+        } else if entry.spec.ledger.in_flight() >= entry.spec.max_concurrency {
+            Err(NotOffered::AtCapacity)
+        } else {
+            Ok(candidate(i, entry, now, max_age, fleet_now))
+        };
+        Some((i, offer))
+    })
 }

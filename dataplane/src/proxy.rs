@@ -10,6 +10,7 @@ use crate::errors::NoCandidate;
 use crate::exchange::{Action, Event, Exchange, Limits, Timer};
 use crate::fleet::SharedLedger;
 use crate::metrics::Outcome;
+use crate::offers::{self, NotOffered};
 use crate::prediction::{observe_decision, Prediction};
 use crate::refusal::Refusal;
 use crate::relay::{client_head, HeadExtras, Relay};
@@ -165,7 +166,9 @@ impl Driver<'_> {
         let tick = monoio::time::sleep(SLOT_POLL);
         match race(pin!(tick), self.ex.timer(), client, None).await {
             Raced::Done(()) => {
-                if has_room(self.view, self.req.model) {
+                let now = Instant::now();
+                let fleet_now = self.ctx.fleet_clock.micros(now);
+                if has_room(self.view, self.req.model, now, fleet_now) {
                     self.waiting_for_slot = false;
                     self.ex.handle(Event::SlotFreed, Instant::now());
                 }
@@ -347,7 +350,7 @@ fn route(
     let mut candidates = view.candidates(req.model, ex.tried(), now, fleet_now);
     prediction.annotate(&mut candidates);
     if candidates.is_empty() {
-        no_candidate(view, req.model, ex, queued, now);
+        no_candidate(view, req.model, ex, queued, now, fleet_now);
         return None;
     }
     let params = &view.snap.models[req.model].brain;
@@ -373,7 +376,7 @@ fn route(
     let Some(slot) = acquired else {
         // Another core took the winner's last slot since the candidates were read.
         prediction.take_back(ctx, ticket);
-        no_candidate(view, req.model, ex, queued, now);
+        no_candidate(view, req.model, ex, queued, now, fleet_now);
         return None;
     };
     // Admitted: the queue place (if any) goes back after the slot was taken.
@@ -404,8 +407,9 @@ fn no_candidate(
     ex: &mut Exchange<RecordTicket>,
     queued: &mut Option<QueueTicket<SharedLedger>>,
     now: Instant,
+    fleet_now: u64,
 ) {
-    let mut why = why_no_candidate(view, model);
+    let mut why = why_no_candidate(view, model, now, fleet_now);
     if why == NoCandidate::AtCapacity {
         if queued.is_none() {
             *queued = view.enqueue(model);
@@ -418,30 +422,27 @@ fn no_candidate(
     ex.handle(Event::NoCandidate { why, can_wait }, now);
 }
 
-/// Whether a replica of `model` in rotation is under its `max_concurrency` now.
-fn has_room(view: &CoreView, model: usize) -> bool {
-    let snap = &view.snap;
-    snap.models[model]
-        .replicas
-        .iter()
-        .filter_map(|&i| snap.replicas.get(i))
-        .any(|e| e.live.routable && e.spec.ledger.in_flight() < e.spec.max_concurrency)
+/// Whether a replica of `model` would be offered now (in rotation, under its
+/// `max_concurrency`).
+fn has_room(view: &CoreView, model: usize, now: Instant, fleet_now: u64) -> bool {
+    offers::offers(&view.snap, model, now, fleet_now).any(|(_, o)| o.is_ok())
 }
 
 /// What refused a request that found no candidate: no replica, none in rotation, or every one
 /// in rotation at its `max_concurrency` (the caller then tries their queues).
-fn why_no_candidate(view: &CoreView, model: usize) -> NoCandidate {
-    let snap = &view.snap;
-    let replicas = &snap.models[model].replicas;
-    let in_rotation = replicas
-        .iter()
-        .filter_map(|&i| snap.replicas.get(i))
-        .any(|e| e.live.routable);
-    match (replicas.is_empty(), in_rotation) {
-        (true, _) => NoCandidate::NoReplicas,
-        (false, false) => NoCandidate::OutOfRotation,
-        (false, true) => NoCandidate::AtCapacity,
+fn why_no_candidate(view: &CoreView, model: usize, now: Instant, fleet_now: u64) -> NoCandidate {
+    let mut why = NoCandidate::NoReplicas;
+    for (_, offer) in offers::offers(&view.snap, model, now, fleet_now) {
+        match offer {
+            Err(NotOffered::OutOfRotation) if why == NoCandidate::NoReplicas => {
+                why = NoCandidate::OutOfRotation
+            }
+            Err(NotOffered::OutOfRotation) => {}
+            // A replica with room right now is full again by the next look: wait for it too.
+            Err(NotOffered::AtCapacity) | Ok(_) => return NoCandidate::AtCapacity,
+        }
     }
+    why
 }
 
 /// Builds the client bytes of a response head (and the body bytes read with it); an error when

@@ -338,14 +338,7 @@ impl ModelTokenizer {
         body: &[u8],
         config_kwargs: &serde_json::Map<String, Value>,
     ) -> Result<Vec<u32>, Unpredictable> {
-        let body = J::parse(body).ok_or(Unpredictable::InvalidJson)?;
-        if !matches!(body, J::Obj(_)) {
-            return Err(Unpredictable::NotAnObject);
-        }
-        match endpoint {
-            Endpoint::Chat => self.chat_ids(&body, config_kwargs, &self.cache),
-            Endpoint::Completion => self.completion_ids(&body, &self.cache),
-        }
+        self.ids_with(endpoint, body, config_kwargs, &self.cache)
     }
 
     /// [`prompt_ids`](Self::prompt_ids) for a data core tokenizing a body inline: the same ids,
@@ -358,10 +351,6 @@ impl ModelTokenizer {
         body: &[u8],
         config_kwargs: &serde_json::Map<String, Value>,
     ) -> Result<Vec<u32>, Unpredictable> {
-        let body = J::parse(body).ok_or(Unpredictable::InvalidJson)?;
-        if !matches!(body, J::Obj(_)) {
-            return Err(Unpredictable::NotAnObject);
-        }
         INLINE_CACHES.with(|caches| {
             let mut caches = caches.borrow_mut();
             let key = Arc::as_ptr(&self.local_key);
@@ -377,12 +366,26 @@ impl ModelTokenizer {
                     caches.len() - 1
                 }
             };
-            let cache = &caches[at].1;
-            match endpoint {
-                Endpoint::Chat => self.chat_ids(&body, config_kwargs, cache),
-                Endpoint::Completion => self.completion_ids(&body, cache),
-            }
+            self.ids_with(endpoint, body, config_kwargs, &caches[at].1)
         })
+    }
+
+    /// The prompt's token ids with segments looked up in `cache` (the shared one or a thread's).
+    fn ids_with(
+        &self,
+        endpoint: Endpoint,
+        body: &[u8],
+        config_kwargs: &serde_json::Map<String, Value>,
+        cache: &impl Segments,
+    ) -> Result<Vec<u32>, Unpredictable> {
+        let body = J::parse(body).ok_or(Unpredictable::InvalidJson)?;
+        if !matches!(body, J::Obj(_)) {
+            return Err(Unpredictable::NotAnObject);
+        }
+        match endpoint {
+            Endpoint::Chat => self.chat_ids(&body, config_kwargs, cache),
+            Endpoint::Completion => self.completion_ids(&body, cache),
+        }
     }
 
     /// The rendered chat prompt text of a chat body (before encoding) and whether it is
