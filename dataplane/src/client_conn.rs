@@ -107,7 +107,13 @@ impl ClientConn {
     ) -> Result<RequestHead, HeadFailure> {
         let deadline = Instant::now() + idle_timeout;
         loop {
-            match RequestHead::parse(self.buffered()) {
+            // Between keep-alive requests the buffer is usually empty: read before parsing.
+            let parsed = if self.buffered().is_empty() {
+                Ok(None)
+            } else {
+                RequestHead::parse(self.buffered())
+            };
+            match parsed {
                 Ok(Some((head, used))) => {
                     self.consume(used);
                     return Ok(head);

@@ -22,8 +22,9 @@ use inferrail_shards::index::RecordTicket;
 use inferrail_sync::QueueTicket;
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
+use monoio::time::Sleep;
 use std::future::{pending, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -76,7 +77,11 @@ pub async fn forward(
         ctx,
         view,
         common: upstream::upstream_headers(&req.head, &req.request_id),
-        watch: ClientWatch::new(conn.buffered().is_empty()),
+        watch: ClientWatch::new(conn.buffered().is_empty(), req.started),
+        timer: StepTimer {
+            sleep: pin!(monoio::time::sleep_until(req.deadline.into())),
+            at: None,
+        },
         close_client: req.head.close || ctx.shutdown.is_triggered(),
         prediction: Prediction::make(ctx, view, &req).await,
         conn,
@@ -102,6 +107,8 @@ struct Driver<'a> {
     /// The client's headers as sent upstream.
     common: Vec<u8>,
     watch: ClientWatch,
+    /// The one timer every step sleeps on.
+    timer: StepTimer<'a>,
     /// The client connection closes after this request.
     close_client: bool,
     ex: Exchange<RecordTicket>,
@@ -133,7 +140,14 @@ impl Driver<'_> {
                 }
                 // Backing off: until the next timer or the client leaving.
                 let client = Some((&mut self.watch, &self.conn.stream));
-                let raced = race(pin!(pending::<()>()), self.ex.timer(), client, None).await;
+                let raced = race(
+                    pin!(pending::<()>()),
+                    self.ex.timer(),
+                    &mut self.timer,
+                    client,
+                    None,
+                )
+                .await;
                 feed(&mut self.ex, raced);
                 continue;
             };
@@ -164,7 +178,7 @@ impl Driver<'_> {
     async fn wait_for_slot(&mut self) {
         let client = Some((&mut self.watch, &self.conn.stream));
         let tick = monoio::time::sleep(SLOT_POLL);
-        match race(pin!(tick), self.ex.timer(), client, None).await {
+        match race(pin!(tick), self.ex.timer(), &mut self.timer, client, None).await {
             Raced::Done(()) => {
                 let now = Instant::now();
                 let fleet_now = self.ctx.fleet_clock.micros(now);
@@ -192,7 +206,15 @@ impl Driver<'_> {
         l.response = None;
         let client = Some((&mut self.watch, &self.conn.stream));
         let io = upstream::connect(self.view, replica, pooled);
-        match race(pin!(io), self.ex.timer(), client, Some(&mut l.left)).await {
+        match race(
+            pin!(io),
+            self.ex.timer(),
+            &mut self.timer,
+            client,
+            Some(&mut l.left),
+        )
+        .await
+        {
             Raced::Done(Ok((stream, reused))) => {
                 l.upstream = Some(stream);
                 self.ex.handle(Event::Connected { reused }, Instant::now());
@@ -223,7 +245,15 @@ impl Driver<'_> {
         let authority = &self.view.snap.replicas[*replica].spec.authority;
         let io = upstream::send(up, &req.head, &self.common, authority, &req.body);
         let client = Some((&mut self.watch, &self.conn.stream));
-        match race(pin!(io), self.ex.timer(), client, Some(left)).await {
+        match race(
+            pin!(io),
+            self.ex.timer(),
+            &mut self.timer,
+            client,
+            Some(left),
+        )
+        .await
+        {
             Raced::Done(true) => self.ex.handle(Event::RequestWritten, Instant::now()),
             Raced::Done(false) => self.ex.handle(closed, Instant::now()),
             other => feed(&mut self.ex, other),
@@ -250,6 +280,7 @@ impl Driver<'_> {
         let raced = race(
             pin!(upstream::read_head(up, spare)),
             self.ex.timer(),
+            &mut self.timer,
             client,
             Some(left),
         )
@@ -261,13 +292,14 @@ impl Driver<'_> {
                 let (req, view) = (self.req, self.view);
                 let predicted = self.prediction.header(*replica);
                 let extras = HeadExtras {
+                    request_id: &req.request_id,
+                    replica: &view.snap.replicas[*replica].spec.id,
                     policy: view.arm_policy(req.model, req.arm).as_str(),
                     prompt_tokens: predicted.map(|p| p.0),
                     cached_tokens: predicted.and_then(|p| p.1),
                 };
                 let close = self.close_client || self.ctx.shutdown.is_triggered();
-                let id = &view.snap.replicas[*replica].spec.id;
-                match prepare(req, id, head, &extras, close) {
+                match prepare(req, head, &extras, close) {
                     Ok(r) => {
                         *response = Some(r);
                         Event::Head { status }
@@ -292,7 +324,8 @@ impl Driver<'_> {
                 self.prediction.routed(self.ctx, l.replica);
             }
             let (view, req) = (self.view, self.req);
-            self.keep_client = relay(view, self.conn, req, &mut self.ex, l, &mut self.watch).await;
+            let (ex, watch, timer) = (&mut self.ex, &mut self.watch, &mut self.timer);
+            self.keep_client = relay(view, self.conn, req, ex, l, watch, timer).await;
         }
     }
 
@@ -449,7 +482,6 @@ fn why_no_candidate(view: &CoreView, model: usize, now: Instant, fleet_now: u64)
 /// those body bytes are not valid framing, before anything reached the client.
 fn prepare(
     req: &ProxyRequest,
-    replica_id: &str,
     up: UpstreamHead,
     extras: &HeadExtras<'_>,
     close_client: bool,
@@ -459,12 +491,11 @@ fn prepare(
     let close_after = close_client || relay.closes_client(minor);
     let mut out = client_head(
         &up.head,
-        &req.request_id,
-        replica_id,
         extras,
         &relay,
         close_after,
         minor,
+        up.buf.len() - up.head_len,
     );
     let (done, used) = relay.step(&up.buf[up.head_len..], &mut out)?;
     Ok(Response {
@@ -480,8 +511,10 @@ fn prepare(
 }
 
 /// Relays a committed response to the client, feeding the exchange as bytes move, until it
-/// ends (complete, or cut by the exchange's timers, the engine or the client). Pools the engine
-/// connection after a complete, reusable response. Returns whether the client connection may be
+/// ends (complete, or cut by the exchange's timers, the engine or the client). Once the engine's
+/// body is complete the replica's slot is released and a reusable engine connection pooled
+/// before the last bytes go to the client, so a client that sends its next request the moment
+/// it has this answer finds the replica free. Returns whether the client connection may be
 /// reused.
 async fn relay(
     view: &CoreView,
@@ -490,8 +523,9 @@ async fn relay(
     ex: &mut Exchange<RecordTicket>,
     mut live: Live,
     watch: &mut ClientWatch,
+    timer: &mut StepTimer<'_>,
 ) -> bool {
-    let (Some(mut up), Some(response)) = (live.upstream.take(), live.response.take()) else {
+    let (Some(up), Some(response)) = (live.upstream.take(), live.response.take()) else {
         return false;
     };
     let Response {
@@ -506,16 +540,27 @@ async fn relay(
     if body_started {
         live.slot.first_byte();
     }
+    // The engine side, held until its body is complete.
+    let mut engine = Some((live, up));
     let model = Some(req.model);
     let mut first_byte_recorded = false;
     let mut complete = false;
     while ex.relaying() {
+        if done {
+            if let Some((live, up)) = engine.take() {
+                if reusable {
+                    let max_idle = view.snap.settings.pool_max_idle;
+                    live.slot.replica().pool.checkin(up, max_idle);
+                }
+            }
+        }
         if !out.is_empty() {
             if !first_byte_recorded {
                 view.recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
-            match race(pin!(conn.stream.write_all(out)), ex.timer(), None, None).await {
+            let io = pin!(conn.stream.write_all(out));
+            match race(io, ex.timer(), timer, None, None).await {
                 Raced::Done((res, returned)) => {
                     out = returned;
                     out.clear();
@@ -541,9 +586,12 @@ async fn relay(
             complete = true;
             break;
         }
+        let Some((live, up)) = engine.as_mut() else {
+            break;
+        };
         buf.clear();
         let client = Some((&mut *watch, &conn.stream));
-        match race(pin!(read_more(&mut up, buf)), ex.timer(), client, None).await {
+        match race(pin!(read_more(up, buf)), ex.timer(), timer, client, None).await {
             Raced::Done((res, returned)) => {
                 buf = returned;
                 match res {
@@ -579,10 +627,6 @@ async fn relay(
         }
     }
     conn.put_spare(buf);
-    if complete && reusable {
-        let max_idle = view.snap.settings.pool_max_idle;
-        live.slot.replica().pool.checkin(up, max_idle);
-    }
     complete && !close_after
 }
 
@@ -598,40 +642,93 @@ enum Raced<T> {
     LeftRotation,
 }
 
-/// Runs `io` until it finishes, `timer` comes due, the watched client leaves or the replica
-/// leaves rotation, whichever is first; the others are dropped (cancelled).
+/// The one timer a request's steps sleep on: created once per request and moved (reset) only
+/// when the instant it must fire at changes, so a request whose deadlines stay put costs one
+/// entry in the timer wheel, not one (or two, with the client watch) per step.
+struct StepTimer<'a> {
+    sleep: Pin<&'a mut Sleep>,
+    /// The instant the sleep is set to, once set.
+    at: Option<Instant>,
+}
+
+impl StepTimer<'_> {
+    /// Sets the sleep to fire at `at` (at once if that has passed), unless it already is.
+    fn aim(&mut self, at: Instant) {
+        if self.at != Some(at) {
+            self.sleep.as_mut().reset(at.into());
+            self.at = Some(at);
+        }
+    }
+}
+
+/// What woke one round of [`race`].
+enum Woke<T> {
+    Done(T),
+    Timer,
+    ClientLeft,
+    LeftRotation,
+}
+
+/// Runs `io` until it finishes, `due` (the exchange's next timer) comes, the watched client
+/// leaves or the replica leaves rotation, whichever is first; the others are dropped
+/// (cancelled). The client watch's arming instant shares the step timer: when it comes first the
+/// watch is armed and the race goes on.
 async fn race<T>(
-    io: impl Future<Output = T>,
-    timer: Option<(Timer, Instant)>,
-    client: Option<(&mut ClientWatch, &TcpStream)>,
-    left: Option<&mut LeftRotation>,
+    mut io: Pin<&mut impl Future<Output = T>>,
+    due: Option<(Timer, Instant)>,
+    timer: &mut StepTimer<'_>,
+    mut client: Option<(&mut ClientWatch, &TcpStream)>,
+    mut left: Option<&mut LeftRotation>,
 ) -> Raced<T> {
-    let timer = async {
-        match timer {
-            Some((t, at)) => {
-                monoio::time::sleep_until(at.into()).await;
-                (t, at)
+    loop {
+        let arm = client.as_ref().and_then(|(watch, _)| watch.arm_at());
+        // The exchange's timer wins a tie: it ends the step, arming does not.
+        let wake = match (due, arm) {
+            (Some((_, at)), Some(arm)) if arm < at => Some(arm),
+            (Some((_, at)), _) => Some(at),
+            (None, arm) => arm,
+        };
+        if let Some(at) = wake {
+            timer.aim(at);
+        }
+        let sleep = async {
+            match wake {
+                Some(_) => timer.sleep.as_mut().await,
+                None => pending().await,
             }
-            None => pending().await,
-        }
-    };
-    let client = async {
-        match client {
-            Some((watch, stream)) => watch.closed(stream).await,
-            None => pending().await,
-        }
-    };
-    let left = async {
-        match left {
-            Some(left) => left.await,
-            None => pending().await,
-        }
-    };
-    monoio::select! {
-        r = io => Raced::Done(r),
-        (t, at) = timer => Raced::Timer(t, at),
-        _ = client => Raced::ClientLeft,
-        _ = left => Raced::LeftRotation,
+        };
+        let watched = async {
+            match client.as_mut() {
+                Some((watch, stream)) => watch.closed(stream).await,
+                None => pending().await,
+            }
+        };
+        let gone = async {
+            match left.as_deref_mut() {
+                Some(left) => left.await,
+                None => pending().await,
+            }
+        };
+        let woke = monoio::select! {
+            r = io.as_mut() => Woke::Done(r),
+            _ = sleep => Woke::Timer,
+            _ = watched => Woke::ClientLeft,
+            _ = gone => Woke::LeftRotation,
+        };
+        return match woke {
+            Woke::Done(r) => Raced::Done(r),
+            Woke::ClientLeft => Raced::ClientLeft,
+            Woke::LeftRotation => Raced::LeftRotation,
+            Woke::Timer => match due {
+                Some((t, at)) if Some(at) == wake => Raced::Timer(t, at),
+                _ => {
+                    if let Some((watch, _)) = client.as_mut() {
+                        watch.arm();
+                    }
+                    continue;
+                }
+            },
+        };
     }
 }
 

@@ -65,9 +65,13 @@ impl Relay {
     }
 }
 
-/// Gateway headers added to a proxied response besides `x-request-id`.
+/// Gateway headers added to a proxied response.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HeadExtras<'a> {
+    /// The request's id (`x-request-id`).
+    pub(crate) request_id: &'a str,
+    /// The replica that answered (`x-inferrail-replica`).
+    pub(crate) replica: &'a str,
     /// The policy that routed the request.
     pub(crate) policy: &'a str,
     /// Prompt tokens, when the prompt was tokenized.
@@ -76,18 +80,21 @@ pub(crate) struct HeadExtras<'a> {
     pub(crate) cached_tokens: Option<u32>,
 }
 
-/// The client-facing response head built from the engine's.
+/// Room for the gateway's own header lines (request id, replica, policy, token counts).
+const OWN_HEADERS_ROOM: usize = 256;
+
+/// The client-facing response head built from the engine's, in a buffer with room for
+/// `body_room` more bytes (the body bytes that go out in the same write).
 pub(crate) fn client_head(
     up: &ResponseHead,
-    request_id: &str,
-    replica: &str,
     extras: &HeadExtras<'_>,
     relay: &Relay,
     close: bool,
     minor: u8,
+    body_room: usize,
 ) -> Vec<u8> {
     let connection = up.header("connection").unwrap_or(b"");
-    let mut out = Vec::with_capacity(up.bytes.len() + 96);
+    let mut out = Vec::with_capacity(up.bytes.len() + OWN_HEADERS_ROOM + body_room);
     out.extend_from_slice(if minor == 0 {
         b"HTTP/1.0 "
     } else {
@@ -113,8 +120,8 @@ pub(crate) fn client_head(
     if matches!(relay, Relay::Chunked(_) | Relay::Rechunk) {
         push_header(&mut out, b"transfer-encoding", b"chunked");
     }
-    push_header(&mut out, b"x-request-id", request_id.as_bytes());
-    push_header(&mut out, b"x-inferrail-replica", replica.as_bytes());
+    push_header(&mut out, b"x-request-id", extras.request_id.as_bytes());
+    push_header(&mut out, b"x-inferrail-replica", extras.replica.as_bytes());
     push_header(&mut out, b"x-inferrail-policy", extras.policy.as_bytes());
     let mut number = Vec::with_capacity(10);
     for (name, value) in [

@@ -10,11 +10,12 @@ use std::os::fd::{AsRawFd, RawFd};
 /// Watches one client connection for the duration of one proxied exchange.
 pub(crate) struct ClientWatch {
     active: bool,
-    armed: bool,
+    /// When the readiness poll starts; `None` once it has (see [`ClientWatch::closed`]).
+    arm_at: Option<std::time::Instant>,
 }
 
 /// How long an exchange runs before the client socket is watched for a close.
-const ARM_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+pub(crate) const ARM_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What a peek at a readable client socket found.
 enum Peek {
@@ -47,26 +48,33 @@ fn peek(stream: &TcpStream) -> Peek {
 }
 
 impl ClientWatch {
-    /// A watch for a client that has not sent anything beyond the current request.
-    pub(crate) fn new(active: bool) -> ClientWatch {
+    /// A watch for a client that has not sent anything beyond the current request (`active`),
+    /// armed [`ARM_DELAY`] after `started`.
+    pub(crate) fn new(active: bool, started: std::time::Instant) -> ClientWatch {
         ClientWatch {
             active,
-            armed: false,
+            arm_at: Some(started + ARM_DELAY),
         }
     }
 
-    /// Completes when the client has closed or reset its connection. If the client sends more
-    /// bytes (a pipelined request) the watch stops: those bytes stay in the socket for later.
-    ///
-    /// The readiness poll is armed only after [`ARM_DELAY`]: most exchanges with a fast engine end
-    /// before that, and then cost a timer entry instead of a poll and its cancellation. A close is
-    /// still noticed within `ARM_DELAY` plus one wake-up.
+    /// When the watch wants to be armed, if it still does. Most exchanges with a fast engine end
+    /// before that, and then cost no poll and no cancellation; the driver folds this instant into
+    /// the one timer it already sleeps on, so waiting for it costs no timer of its own either.
+    pub(crate) fn arm_at(&self) -> Option<std::time::Instant> {
+        self.arm_at.filter(|_| self.active)
+    }
+
+    /// Starts watching: from now on [`ClientWatch::closed`] polls the socket.
+    pub(crate) fn arm(&mut self) {
+        self.arm_at = None;
+    }
+
+    /// Completes when the client has closed or reset its connection, once armed; never before
+    /// (the driver arms it at [`ClientWatch::arm_at`]). If the client sends more bytes (a
+    /// pipelined request) the watch stops: those bytes stay in the socket for later. A close is
+    /// noticed within [`ARM_DELAY`] plus one wake-up.
     pub(crate) async fn closed(&mut self, stream: &TcpStream) {
-        if self.active && !self.armed {
-            monoio::time::sleep(ARM_DELAY).await;
-            self.armed = true;
-        }
-        while self.active {
+        while self.active && self.arm_at.is_none() {
             if stream.readable(false).await.is_err() {
                 return;
             }

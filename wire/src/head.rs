@@ -1,5 +1,6 @@
 //! Request and response heads: parsed once with `httparse`, kept as byte ranges into the head bytes.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Most headers a head may carry; a head with more is refused (431-style, reported as `TooManyHeaders`).
@@ -146,9 +147,12 @@ impl RequestHead {
     /// Parses a request head from the start of `buf`. Returns `Ok(None)` while the head is incomplete,
     /// else the head and how many bytes of `buf` it used.
     pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
-        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut raw);
-        let len = match req.parse(buf) {
+        // Header slots left uninitialised: httparse writes only the ones it fills.
+        let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let parsed = httparse::ParserConfig::default()
+            .parse_request_with_uninit_headers(&mut req, buf, &mut raw);
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
@@ -219,9 +223,11 @@ impl ResponseHead {
     /// Parses a response head to a request made with `method`. Returns `Ok(None)` while incomplete.
     /// Interim 1xx heads are returned like any other; callers skip them.
     pub fn parse(buf: &[u8], method: Method) -> Result<Option<(ResponseHead, usize)>, HeadError> {
-        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut res = httparse::Response::new(&mut raw);
-        let len = match res.parse(buf) {
+        let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(&mut res, buf, &mut raw);
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),

@@ -183,24 +183,28 @@ struct Acc {
 pub fn parse(page: &[u8]) -> Result<EngineLoad, EngineLoadError> {
     let mut vllm = Acc::default();
     let mut sglang = Acc::default();
-    for raw in page.split(|&b| b == b'\n') {
-        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = trim_start(line);
-        if line.is_empty() || line[0] == b'#' {
+    for raw in lines(page) {
+        let line = trim_start(raw.strip_suffix(b"\r").unwrap_or(raw));
+        let (spec, acc, engine) = match line.first() {
+            Some(b'v') if line.starts_with(b"vllm:") => (&VLLM, &mut vllm, EngineKind::Vllm),
+            Some(b's') if line.starts_with(b"sglang:") => {
+                (&SGLANG, &mut sglang, EngineKind::Sglang)
+            }
+            // `#` lines, blank lines and other exporters' families.
+            _ => continue,
+        };
+        // Most of a page is histogram buckets of families not read here: once the engine is
+        // known, such a line is skipped on its name alone, without parsing its labels or value.
+        let name = metric_name(line);
+        let slot = spec.names.iter().position(|n| n.as_bytes() == name);
+        if slot.is_none() && acc.seen {
             continue;
         }
-        let (spec, acc, engine) = if line.starts_with(b"vllm:") {
-            (&VLLM, &mut vllm, EngineKind::Vllm)
-        } else if line.starts_with(b"sglang:") {
-            (&SGLANG, &mut sglang, EngineKind::Sglang)
-        } else {
-            continue;
-        };
         let Some(sample) = parse_line(line) else {
             continue;
         };
         acc.seen = true;
-        let Some(slot) = spec.names.iter().position(|n| n.as_bytes() == sample.name) else {
+        let Some(slot) = slot else {
             continue;
         };
         add_sample(acc, engine, slot, &sample);
@@ -234,7 +238,7 @@ pub fn label_value(page: &[u8], name: &str, label: &str) -> Option<String> {
 
 /// The well-formed sample lines named `name`.
 fn samples<'a>(page: &'a [u8], name: &'a str) -> impl Iterator<Item = Sample<'a>> + 'a {
-    page.split(|&b| b == b'\n')
+    lines(page)
         .map(|raw| trim_start(raw.strip_suffix(b"\r").unwrap_or(raw)))
         .filter(move |line| line.starts_with(name.as_bytes()))
         .filter_map(parse_line)
@@ -359,13 +363,34 @@ impl<'a> Sample<'a> {
     }
 }
 
+/// The metric name a sample line starts with: up to its labels or its value.
+fn metric_name(line: &[u8]) -> &[u8] {
+    let end = memchr::memchr3(b'{', b' ', b'\t', line).unwrap_or(line.len());
+    &line[..end]
+}
+
+/// The page's lines, without their `\n` (a final line without one included).
+fn lines(page: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(page);
+    std::iter::from_fn(move || {
+        let page = rest?;
+        match memchr::memchr(b'\n', page) {
+            Some(at) => {
+                rest = Some(&page[at + 1..]);
+                Some(&page[..at])
+            }
+            None => {
+                rest = None;
+                Some(page)
+            }
+        }
+    })
+}
+
 /// Parses `name{k="v",...} value [timestamp]`. `None` on any malformation.
 fn parse_line(line: &[u8]) -> Option<Sample<'_>> {
-    let name_end = line
-        .iter()
-        .position(|&b| b == b'{' || b == b' ' || b == b'\t')
-        .unwrap_or(line.len());
-    let name = &line[..name_end];
+    let name = metric_name(line);
+    let name_end = name.len();
     let mut rest = &line[name_end..];
     let mut labels = Vec::new();
     if rest.first() == Some(&b'{') {
@@ -700,16 +725,17 @@ sglang:num_retracted_requests_total{dp_rank=\"1\",engine_type=\"unified\",model_
         }
     }
 
-    #[test]
-    fn engine_load_garbage_never_panics() {
+    /// Pages made by mutating the seed pages at random: bytes changed, inserted, removed,
+    /// truncated and chunks copied elsewhere.
+    fn mutated_pages(rng: &mut Rng, count: usize) -> Vec<Vec<u8>> {
         const ALPHABET: &[u8] = b"{}\",=\\ \t\r\n#:_.eE+-0123456789NaInfvllmsg\xff\x00";
         let seeds = [
             TWO_RANKS.as_bytes(),
             SGLANG_PAGE.as_bytes(),
             FIXTURES[1].1.as_bytes(),
         ];
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for round in 0..3000 {
+        let mut pages = Vec::with_capacity(count);
+        for round in 0..count {
             let mut page = seeds[round % seeds.len()].to_vec();
             for _ in 0..1 + rng.below(16) {
                 let at = rng.below(page.len());
@@ -731,7 +757,68 @@ sglang:num_retracted_requests_total{dp_rank=\"1\",engine_type=\"unified\",model_
                     page.push(b'{');
                 }
             }
-            if let Ok(load) = parse(&page) {
+            pages.push(page);
+        }
+        pages
+    }
+
+    /// The parser without the skip by name: every line with an engine prefix is parsed whole.
+    fn parse_every_line(page: &[u8]) -> Result<EngineLoad, EngineLoadError> {
+        let mut vllm = Acc::default();
+        let mut sglang = Acc::default();
+        for raw in page.split(|&b| b == b'\n') {
+            let line = trim_start(raw.strip_suffix(b"\r").unwrap_or(raw));
+            let (spec, acc, engine) = if line.starts_with(b"vllm:") {
+                (&VLLM, &mut vllm, EngineKind::Vllm)
+            } else if line.starts_with(b"sglang:") {
+                (&SGLANG, &mut sglang, EngineKind::Sglang)
+            } else {
+                continue;
+            };
+            let Some(sample) = parse_line(line) else {
+                continue;
+            };
+            acc.seen = true;
+            if let Some(slot) = spec.names.iter().position(|n| n.as_bytes() == sample.name) {
+                add_sample(acc, engine, slot, &sample);
+            }
+        }
+        if vllm.seen {
+            finish(EngineKind::Vllm, &VLLM, vllm)
+        } else if sglang.seen {
+            finish(EngineKind::Sglang, &SGLANG, sglang)
+        } else {
+            Err(EngineLoadError::UnknownEngine)
+        }
+    }
+
+    /// Skipping the lines of unread families by name gives what parsing every line gives, on
+    /// the fixtures and on mutated pages (NaN compared as equal to NaN).
+    #[test]
+    fn skipping_unread_families_matches_parsing_every_line() {
+        let same = |a: &Result<EngineLoad, EngineLoadError>,
+                    b: &Result<EngineLoad, EngineLoadError>| {
+            format!("{a:?}") == format!("{b:?}")
+        };
+        for (name, page) in FIXTURES {
+            let (fast, slow) = (parse(page.as_bytes()), parse_every_line(page.as_bytes()));
+            assert!(same(&fast, &slow), "{name}: {fast:?} != {slow:?}");
+        }
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut parsed = 0;
+        for (round, page) in mutated_pages(&mut rng, 3000).iter().enumerate() {
+            let (fast, slow) = (parse(page), parse_every_line(page));
+            assert!(same(&fast, &slow), "round {round}: {fast:?} != {slow:?}");
+            parsed += usize::from(fast.is_ok());
+        }
+        assert!(parsed > 1000, "only {parsed} of 3000 mutated pages parsed");
+    }
+
+    #[test]
+    fn engine_load_garbage_never_panics() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for (round, page) in mutated_pages(&mut rng, 3000).iter().enumerate() {
+            if let Ok(load) = parse(page) {
                 assert!((0.0..=1.0).contains(&load.kv_cache_usage), "round {round}");
                 assert!(load.running >= 0.0 && load.waiting >= 0.0, "round {round}");
             }

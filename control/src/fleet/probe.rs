@@ -179,6 +179,8 @@ async fn read_length(
         _ => return Err(ProbeError::TooLarge { cap }),
     };
     body.truncate(len);
+    // The length is bounded by `cap`: room for the whole body at once, not a doubling per read.
+    body.reserve_exact(len - body.len());
     while body.len() < len {
         let bytes = reader.read().await?;
         if bytes.is_empty() {
