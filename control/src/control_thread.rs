@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often the control thread wakes for ejection expiry, discovery results and file polling.
-pub const TICK: Duration = Duration::from_millis(10);
+/// The longest the tick loop sleeps: SIGHUP and discovery results are noticed within this.
+/// Ejection ends, the periodic publish and config-file polls wake it at their own deadlines.
+pub const MAX_TICK_GAP: Duration = Duration::from_millis(100);
 
 /// What the control thread runs with.
 pub struct ControlInputs {
@@ -103,10 +104,18 @@ async fn tick_loop(
         Instant::now(),
     );
     let mut stop = std::pin::pin!(shutdown.wait());
+    let bell = ctl.borrow().tick_bell.clone();
     loop {
+        let next = {
+            let c = ctl.borrow();
+            let refresh = c.store.config().load.scrape_interval;
+            let next = c.next_tick(Instant::now(), refresh, MAX_TICK_GAP);
+            poller.next_due().map_or(next, |due| next.min(due))
+        };
         monoio::select! {
             _ = &mut stop => break,
-            _ = monoio::time::sleep(TICK) => {}
+            _ = monoio::time::sleep_until(next.into()) => {}
+            _ = bell.rung() => continue,
         }
         let now = Instant::now();
         let mut c = ctl.borrow_mut();

@@ -18,6 +18,7 @@ use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, Work
 use crate::live_config::{Applied, ConfigStore, Refusal};
 use crate::observe::decision_log::DecisionLogHandle;
 use crate::observe::shadow::ShadowHandle;
+use crate::tick_bell::TickBell;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
@@ -194,6 +195,8 @@ pub struct Controller {
     pub observers: Observers,
     /// Weak self-reference handed to worker sinks.
     me: Weak<RefCell<Controller>>,
+    /// Rung when an event moved the next tick deadline earlier (see [`Controller::next_tick`]).
+    pub tick_bell: Rc<TickBell>,
 }
 
 /// What the control thread starts from (built on the caller's thread, moved to the control thread).
@@ -290,6 +293,7 @@ impl Controller {
             log_prompts: seed.log_prompts,
             observers: seed.observers,
             me: Weak::new(),
+            tick_bell: Rc::new(TickBell::default()),
         }));
         {
             let mut c = ctl.borrow_mut();
@@ -354,6 +358,7 @@ impl Controller {
 
     /// A probe or scrape result from a replica worker.
     pub fn on_worker_event(&mut self, event: WorkerEvent) {
+        let before = self.book.health.next_deadline();
         let effects = match event {
             WorkerEvent::Probe { key, ok, at } => self.book.on_probe(key, ok, at),
             WorkerEvent::Scrape {
@@ -370,12 +375,36 @@ impl Controller {
             }
         };
         self.carry_out(effects);
+        self.ring_if_sooner(before);
     }
 
     /// Request results reported by the data cores.
     pub fn on_reports(&mut self, batch: &[ReplicaReport]) {
+        let before = self.book.health.next_deadline();
         let effects = self.book.on_reports(batch, Instant::now());
         self.carry_out(effects);
+        self.ring_if_sooner(before);
+    }
+
+    /// Rings the tick bell when the health book's next deadline is now earlier than `before`
+    /// (an ejection started), so the tick loop does not sleep past its end.
+    fn ring_if_sooner(&self, before: Option<Instant>) {
+        let after = self.book.health.next_deadline();
+        if after.is_some_and(|a| before.is_none_or(|b| a < b)) {
+            self.tick_bell.ring();
+        }
+    }
+
+    /// When the tick loop must run [`Controller::tick`] next, given it is `now`: the next
+    /// ejection end, the periodic publish one `refresh` after the last one, or `now + max_gap`,
+    /// whichever comes first.
+    pub fn next_tick(&self, now: Instant, refresh: Duration, max_gap: Duration) -> Instant {
+        let publish = self.current.built + refresh;
+        let mut next = (now + max_gap).min(publish);
+        if let Some(ejection_end) = self.book.health.next_deadline() {
+            next = next.min(ejection_end);
+        }
+        next
     }
 
     /// Does what the book asked, in order (one publish at the end at most); true when it asked

@@ -248,6 +248,11 @@ impl FilePoller {
         true
     }
 
+    /// When the next re-read is due; `None` when polling is off.
+    pub fn next_due(&self) -> Option<Instant> {
+        (!self.interval.is_zero()).then_some(self.next)
+    }
+
     /// Takes a new interval (a reloaded `server.reload_interval`); when it differs, the next
     /// re-read is due one new interval after `now`.
     pub fn set_interval(&mut self, interval: Duration, now: Instant) {

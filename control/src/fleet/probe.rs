@@ -1,8 +1,10 @@
-//! A one-shot HTTP/1.1 GET client for the control thread's engine probes.
+//! An HTTP/1.1 GET client for the control thread's engine probes.
 //!
-//! [`http_get`] opens one fresh connection per call (`connection: close`), bounds the whole
-//! exchange (connect included) by a timeout and the body by a byte cap, and turns every way an
-//! engine can misbehave into a typed [`ProbeError`]. It never panics, whatever the peer sends,
+//! [`http_get`] opens one fresh connection per call (`connection: close`); [`http_get_reusing`]
+//! keeps the connection between calls of one loop (the scrape loop, every 100 ms by default), so
+//! a scrape costs no TCP handshake and teardown. Both bound the whole exchange (connect
+//! included) by a timeout and the body by a byte cap, and turn every way an engine can misbehave
+//! into a typed [`ProbeError`]. It never panics, whatever the peer sends,
 //! and it stops reading the moment the cap is exceeded. It runs on a monoio runtime with the
 //! timer enabled (the control thread's).
 
@@ -15,8 +17,8 @@ use std::time::Duration;
 /// Largest response head accepted (status line and headers), in bytes.
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// Size of one socket read.
-const READ_CHUNK: usize = 16 * 1024;
+/// Size of one socket read: a vLLM `/metrics` page (about 50 to 60 KiB) in one or two reads.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// A response read in full.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,15 +66,60 @@ pub async fn http_get(
     timeout: Duration,
     cap: usize,
 ) -> Result<Fetched, ProbeError> {
-    let request = build_request(authority, path)?;
-    match monoio::time::timeout(timeout, exchange(addr, request, cap)).await {
-        Ok(result) => result,
+    let request = build_request(authority, path, false)?;
+    let once = async {
+        let stream = connect(addr).await?;
+        exchange(stream, &request, cap)
+            .await
+            .map(|(fetched, _)| fetched)
+    };
+    match monoio::time::timeout(timeout, once).await {
+        Ok(result) => result.map_err(|failure| failure.error),
+        Err(_) => Err(ProbeError::Timeout),
+    }
+}
+
+/// [`http_get`] over `conn`, the connection kept from this loop's previous call (if any), with
+/// the same bounds. A kept connection the engine closed meanwhile (closed before any response
+/// byte) is replaced by a fresh one within the same call; after a complete response that allows
+/// it (`content-length` or chunked, no `connection: close`, no bytes beyond it) the connection
+/// is kept in `conn` for the next call, and after anything else (an error, a timeout) `conn` is
+/// left empty.
+pub async fn http_get_reusing(
+    conn: &mut Option<TcpStream>,
+    addr: SocketAddr,
+    authority: &str,
+    path: &str,
+    timeout: Duration,
+    cap: usize,
+) -> Result<Fetched, ProbeError> {
+    let request = build_request(authority, path, true)?;
+    let kept = conn.take();
+    let reusing = async {
+        if let Some(stream) = kept {
+            match exchange(stream, &request, cap).await {
+                // The engine closed the idle connection: not an answer, try a fresh one.
+                Err(Failure {
+                    error: ProbeError::Closed,
+                    received_any: false,
+                }) => {}
+                other => return other,
+            }
+        }
+        exchange(connect(addr).await?, &request, cap).await
+    };
+    match monoio::time::timeout(timeout, reusing).await {
+        Ok(Ok((fetched, reusable))) => {
+            *conn = reusable;
+            Ok(fetched)
+        }
+        Ok(Err(failure)) => Err(failure.error),
         Err(_) => Err(ProbeError::Timeout),
     }
 }
 
 /// The request bytes; refuses an authority or path that could split the request.
-fn build_request(authority: &str, path: &str) -> Result<Vec<u8>, ProbeError> {
+fn build_request(authority: &str, path: &str, keep_alive: bool) -> Result<Vec<u8>, ProbeError> {
     let clean = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic());
     if !clean(authority) {
         return Err(ProbeError::Protocol(format!(
@@ -82,42 +129,85 @@ fn build_request(authority: &str, path: &str) -> Result<Vec<u8>, ProbeError> {
     if !clean(path) || !path.starts_with('/') {
         return Err(ProbeError::Protocol(format!("invalid path {path:?}")));
     }
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     Ok(format!(
         "GET {path} HTTP/1.1\r\nhost: {authority}\r\nuser-agent: inferrail-probe\r\n\
-         accept: */*\r\nconnection: close\r\n\r\n"
+         accept: */*\r\nconnection: {connection}\r\n\r\n"
     )
     .into_bytes())
 }
 
-/// Connects, sends `request` and reads the response.
-async fn exchange(addr: SocketAddr, request: Vec<u8>, cap: usize) -> Result<Fetched, ProbeError> {
-    let mut stream = TcpStream::connect_addr(addr)
+/// Why an exchange gave no response, and whether any response byte had arrived (a kept
+/// connection that fails before one was closed by the engine while idle).
+struct Failure {
+    error: ProbeError,
+    received_any: bool,
+}
+
+impl From<ProbeError> for Failure {
+    fn from(error: ProbeError) -> Failure {
+        Failure {
+            error,
+            received_any: false,
+        }
+    }
+}
+
+/// Opens a connection to `addr`.
+async fn connect(addr: SocketAddr) -> Result<TcpStream, Failure> {
+    let stream = TcpStream::connect_addr(addr)
         .await
         .map_err(|e| ProbeError::Connect(e.to_string()))?;
     // Nagle only delays a single small write; failing to disable it changes nothing else.
     let _ = stream.set_nodelay(true);
-    let (written, _) = stream.write_all(request).await;
+    Ok(stream)
+}
+
+/// Sends `request` on `stream` and reads the response; returns it and the stream when the
+/// connection may carry another request.
+async fn exchange(
+    mut stream: TcpStream,
+    request: &[u8],
+    cap: usize,
+) -> Result<(Fetched, Option<TcpStream>), Failure> {
+    let (written, _) = stream.write_all(request.to_vec()).await;
     written.map_err(|_| ProbeError::Closed)?;
     let mut reader = Reader {
         stream,
         chunk: Vec::with_capacity(READ_CHUNK),
+        received_any: false,
+        surplus: false,
     };
-    let (head, rest) = read_head(&mut reader).await?;
-    let body = match head.framing {
-        BodyFraming::Length(n) => read_length(&mut reader, rest, n, cap).await?,
-        BodyFraming::Chunked => read_chunked(&mut reader, rest, cap).await?,
-        BodyFraming::UntilClose => read_until_close(&mut reader, rest, cap).await?,
+    let read = async {
+        let (head, rest) = read_head(&mut reader).await?;
+        let body = match head.framing {
+            BodyFraming::Length(n) => read_length(&mut reader, rest, n, cap).await?,
+            BodyFraming::Chunked => read_chunked(&mut reader, rest, cap).await?,
+            BodyFraming::UntilClose => read_until_close(&mut reader, rest, cap).await?,
+        };
+        Ok::<_, ProbeError>((head, body))
     };
-    Ok(Fetched {
+    let read = read.await;
+    let (head, body) = read.map_err(|error| Failure {
+        error,
+        received_any: reader.received_any,
+    })?;
+    let reusable = !head.close && head.framing != BodyFraming::UntilClose && !reader.surplus;
+    let fetched = Fetched {
         status: head.status,
         body,
-    })
+    };
+    Ok((fetched, reusable.then_some(reader.stream)))
 }
 
 /// A stream plus one reusable read buffer.
 struct Reader {
     stream: TcpStream,
     chunk: Vec<u8>,
+    /// Some response byte arrived.
+    received_any: bool,
+    /// Bytes beyond the response arrived (the connection cannot carry another request).
+    surplus: bool,
 }
 
 impl Reader {
@@ -128,7 +218,10 @@ impl Reader {
         let (res, buf) = self.stream.read(buf).await;
         self.chunk = buf;
         match res {
-            Ok(_) => Ok(&self.chunk),
+            Ok(n) => {
+                self.received_any |= n > 0;
+                Ok(&self.chunk)
+            }
             Err(_) => Err(ProbeError::Closed),
         }
     }
@@ -178,6 +271,7 @@ async fn read_length(
         Ok(len) if len <= cap => len,
         _ => return Err(ProbeError::TooLarge { cap }),
     };
+    reader.surplus |= body.len() > len;
     body.truncate(len);
     // The length is bounded by `cap`: room for the whole body at once, not a doubling per read.
     body.reserve_exact(len - body.len());
@@ -187,7 +281,9 @@ async fn read_length(
             return Err(ProbeError::Closed);
         }
         let take = bytes.len().min(len - body.len());
+        let surplus = take < bytes.len();
         body.extend_from_slice(&bytes[..take]);
+        reader.surplus |= surplus;
     }
     Ok(body)
 }
@@ -200,16 +296,21 @@ async fn read_chunked(
 ) -> Result<Vec<u8>, ProbeError> {
     let mut decoder = ChunkedDecoder::new();
     let mut body = Vec::new();
-    let mut feed = |input: &[u8], body: &mut Vec<u8>| -> Result<bool, ProbeError> {
+    // Whether the body ended, and whether bytes followed its end in `input`.
+    let mut feed = |input: &[u8], body: &mut Vec<u8>| -> Result<(bool, bool), ProbeError> {
         let progress = decoder
             .feed(input, Some(body))
             .map_err(|e| ProbeError::Protocol(e.to_string()))?;
         if body.len() > cap {
             return Err(ProbeError::TooLarge { cap });
         }
-        Ok(progress.done)
+        Ok((
+            progress.done,
+            progress.done && progress.consumed < input.len(),
+        ))
     };
-    if feed(&rest, &mut body)? {
+    if let (true, surplus) = feed(&rest, &mut body)? {
+        reader.surplus |= surplus;
         return Ok(body);
     }
     loop {
@@ -217,7 +318,8 @@ async fn read_chunked(
         if bytes.is_empty() {
             return Err(ProbeError::Closed);
         }
-        if feed(bytes, &mut body)? {
+        if let (true, surplus) = feed(bytes, &mut body)? {
+            reader.surplus |= surplus;
             return Ok(body);
         }
     }
@@ -545,5 +647,113 @@ pub(crate) mod tests {
         assert!(matches!(got, Err(ProbeError::Protocol(_))), "{got:?}");
         let got = run(http_get(addr, "a", "health", Duration::from_secs(1), 64));
         assert!(matches!(got, Err(ProbeError::Protocol(_))), "{got:?}");
+    }
+
+    /// An engine that counts its connections and answers `ok` to every request on each, with
+    /// `extra` header lines; `per_connection` requests at most, then closes without saying so.
+    fn counting_engine(
+        extra: &'static str,
+        per_connection: usize,
+    ) -> (TestEngine, Arc<std::sync::atomic::AtomicUsize>) {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        let engine = TestEngine::start(move |mut s| {
+            count.fetch_add(1, Ordering::SeqCst);
+            for _ in 0..per_connection {
+                if read_request(&mut s).is_empty() {
+                    return;
+                }
+                // One write, so that bytes beyond the body arrive with it.
+                let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n{extra}\r\nok");
+                let _ = s.write_all(answer.as_bytes());
+            }
+        });
+        (engine, accepted)
+    }
+
+    #[test]
+    fn a_kept_connection_serves_the_next_gets() {
+        let (engine, accepted) = counting_engine("", 100);
+        let mut conn = None;
+        for _ in 0..3 {
+            let got = run(http_get_reusing(
+                &mut conn,
+                engine.addr,
+                "e:1",
+                "/metrics",
+                Duration::from_secs(5),
+                64,
+            ));
+            assert_eq!(got.map(|f| f.body), Ok(b"ok".to_vec()));
+            assert!(
+                conn.is_some(),
+                "kept after a complete content-length answer"
+            );
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for three GETs"
+        );
+    }
+
+    #[test]
+    fn a_kept_connection_the_engine_closed_is_replaced_within_the_call() {
+        let (engine, accepted) = counting_engine("", 1);
+        let mut conn = None;
+        run(async {
+            for _ in 0..3 {
+                let got = http_get_reusing(
+                    &mut conn,
+                    engine.addr,
+                    "e:1",
+                    "/metrics",
+                    Duration::from_secs(5),
+                    64,
+                )
+                .await;
+                assert_eq!(got.map(|f| f.body), Ok(b"ok".to_vec()));
+                // Let the engine's close reach the kept socket before the next GET.
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            3,
+            "a fresh connection each time"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_closes_or_overruns_leaves_no_connection_kept() {
+        for extra in ["connection: close\r\n", "x: 1\r\n\r\nok"] {
+            // The second answer carries bytes beyond its body (an answer nobody asked for).
+            let (engine, _) = counting_engine(extra, 100);
+            let mut conn = None;
+            let got = run(http_get_reusing(
+                &mut conn,
+                engine.addr,
+                "e:1",
+                "/metrics",
+                Duration::from_secs(5),
+                64,
+            ));
+            assert!(got.is_ok(), "{extra:?}: {got:?}");
+            assert!(conn.is_none(), "{extra:?}: the connection must not be kept");
+        }
+    }
+
+    #[test]
+    fn a_kept_get_says_keep_alive_and_a_one_shot_says_close() {
+        assert!(
+            String::from_utf8(build_request("e:1", "/metrics", true).unwrap())
+                .unwrap()
+                .contains("connection: keep-alive\r\n")
+        );
+        assert!(
+            String::from_utf8(build_request("e:1", "/health", false).unwrap())
+                .unwrap()
+                .contains("connection: close\r\n")
+        );
     }
 }

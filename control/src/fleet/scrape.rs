@@ -6,7 +6,8 @@
 //! line at the transition, not one per failed attempt.
 
 use crate::fleet::engine_load::{self, EngineLoad};
-use crate::fleet::probe::{http_get, ProbeError};
+use crate::fleet::probe::{http_get_reusing, ProbeError};
+use monoio::net::TcpStream;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -42,14 +43,17 @@ impl ScrapeOutcome {
 }
 
 /// GETs `/metrics` from `addr` (with `Host: authority`) within `timeout`, keeping at most `cap`
-/// bytes, and parses it. Never panics; every failure is an outcome.
+/// bytes, and parses it. `conn` is the scrape loop's kept connection (see
+/// [`http_get_reusing`]): reused when the engine keeps it open, replaced when it does not.
+/// Never panics; every failure is an outcome.
 pub async fn scrape(
+    conn: &mut Option<TcpStream>,
     addr: SocketAddr,
     authority: &str,
     timeout: Duration,
     cap: usize,
 ) -> ScrapeOutcome {
-    match http_get(addr, authority, "/metrics", timeout, cap).await {
+    match http_get_reusing(conn, addr, authority, "/metrics", timeout, cap).await {
         Err(err) => ScrapeOutcome::Failed(err),
         Ok(fetched) if fetched.status != 200 => {
             ScrapeOutcome::Unreadable(format!("/metrics answered status {}", fetched.status))
@@ -211,6 +215,7 @@ vllm:cache_config_info{_block_size_resolved="True",block_size="32",cache_dtype="
 
     fn scrape_once(engine: &TestEngine) -> ScrapeOutcome {
         run(scrape(
+            &mut None,
             engine.addr,
             "engine-1:8000",
             Duration::from_secs(5),

@@ -194,6 +194,8 @@ async fn scrape_loop(
 ) {
     let mut log = AnswerLog::new(&target.id, "/metrics");
     let mut scheduled = None;
+    // The engine connection kept between scrapes (keep-alive).
+    let mut conn = None;
     loop {
         let (interval, timeout) = {
             let s = settings.borrow();
@@ -203,7 +205,7 @@ async fn scrape_loop(
             return;
         }
         let started = Instant::now();
-        let fetch = scrape(target.addr, &target.authority, timeout, PAGE_CAP);
+        let fetch = scrape(&mut conn, target.addr, &target.authority, timeout, PAGE_CAP);
         let Some(outcome) = until_stopped(&stop, fetch).await else {
             return;
         };
