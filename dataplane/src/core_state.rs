@@ -92,6 +92,7 @@ impl ReplicaState {
             replica: self.clone(),
             seen: self.down_epoch.get(),
             id,
+            registered: None,
         }
     }
 
@@ -106,6 +107,8 @@ pub struct LeftRotation {
     replica: Rc<ReplicaState>,
     seen: u64,
     id: u64,
+    /// The waker last registered: a poll from the same task skips the waiter map.
+    registered: Option<Waker>,
 }
 
 impl Future for LeftRotation {
@@ -115,14 +118,21 @@ impl Future for LeftRotation {
         if self.replica.down_epoch.get() != self.seen {
             return Poll::Ready(());
         }
-        let mut waiters = self.replica.down_waiters.borrow_mut();
-        match waiters.get_mut(&self.id) {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            Some(w) => *w = cx.waker().clone(),
-            None => {
-                waiters.insert(self.id, cx.waker().clone());
-            }
+        // Leaving rotation bumps the epoch (checked above) before it wakes the waiters, so a
+        // registered waker stays in the map until then or until the drop.
+        if self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return Poll::Pending;
         }
+        let this = self.get_mut();
+        this.replica
+            .down_waiters
+            .borrow_mut()
+            .insert(this.id, cx.waker().clone());
+        this.registered = Some(cx.waker().clone());
         Poll::Pending
     }
 }
@@ -312,22 +322,26 @@ pub struct CoreContext {
     pub active_requests: Cell<usize>,
     ids: RefCell<Rng>,
     /// Open client connections: socket and whether a request is in progress on it.
-    connections: RefCell<HashMap<u64, (RawFd, bool)>>,
+    connections: RefCell<HashMap<u64, OpenConnection>>,
     next_connection: Cell<u64>,
 }
+
+/// An open client connection as the core's registry holds it: its socket and whether a request
+/// is in progress on it.
+type OpenConnection = (RawFd, Rc<Cell<bool>>);
 
 /// Keeps a client connection registered with its core while it lives.
 pub struct ConnectionEntry {
     ctx: Rc<CoreContext>,
     id: u64,
+    /// Shared with the connection's registry entry: set without a map lookup.
+    busy: Rc<Cell<bool>>,
 }
 
 impl ConnectionEntry {
     /// Marks whether a request is in progress (busy connections are left to finish at shutdown).
     pub fn set_busy(&self, busy: bool) {
-        if let Some(entry) = self.ctx.connections.borrow_mut().get_mut(&self.id) {
-            entry.1 = busy;
-        }
+        self.busy.set(busy);
         let active = &self.ctx.active_requests;
         active.set(if busy {
             active.get() + 1
@@ -460,10 +474,12 @@ impl CoreContext {
     pub fn register_connection(self: &Rc<Self>, fd: RawFd) -> ConnectionEntry {
         let id = self.next_connection.get();
         self.next_connection.set(id + 1);
-        self.connections.borrow_mut().insert(id, (fd, false));
+        let busy = Rc::new(Cell::new(false));
+        self.connections.borrow_mut().insert(id, (fd, busy.clone()));
         ConnectionEntry {
             ctx: self.clone(),
             id,
+            busy,
         }
     }
 
@@ -476,7 +492,7 @@ impl CoreContext {
     /// their tasks wake up, finish and close them.
     pub fn close_connections(&self, busy_too: bool) {
         for (fd, busy) in self.connections.borrow().values() {
-            if busy_too || !busy {
+            if busy_too || !busy.get() {
                 crate::sockets::shutdown_socket(*fd);
             }
         }

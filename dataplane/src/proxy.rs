@@ -76,7 +76,6 @@ pub async fn forward(
     let driver = Driver {
         ctx,
         view,
-        common: upstream::upstream_headers(&req.head, &req.request_id),
         watch: ClientWatch::new(conn.buffered().is_empty(), req.started),
         timer: StepTimer {
             sleep: pin!(monoio::time::sleep_until(req.deadline.into())),
@@ -104,8 +103,6 @@ struct Driver<'a> {
     conn: &'a mut ClientConn,
     req: &'a ProxyRequest,
     prediction: Prediction,
-    /// The client's headers as sent upstream.
-    common: Vec<u8>,
     watch: ClientWatch,
     /// The one timer every step sleeps on.
     timer: StepTimer<'a>,
@@ -243,7 +240,7 @@ impl Driver<'_> {
         };
         let req = self.req;
         let authority = &self.view.snap.replicas[*replica].spec.authority;
-        let io = upstream::send(up, &req.head, &self.common, authority, &req.body);
+        let io = upstream::send(up, &req.head, &req.request_id, authority, &req.body);
         let client = Some((&mut self.watch, &self.conn.stream));
         match race(
             pin!(io),
@@ -709,7 +706,10 @@ async fn race<T>(
                 None => pending().await,
             }
         };
+        // Biased: the step's own I/O first (the likeliest to be ready), then the timer; no
+        // random draw per poll.
         let woke = monoio::select! {
+            biased;
             r = io.as_mut() => Woke::Done(r),
             _ = sleep => Woke::Timer,
             _ = watched => Woke::ClientLeft,

@@ -123,15 +123,14 @@ pub(crate) fn client_head(
     push_header(&mut out, b"x-request-id", extras.request_id.as_bytes());
     push_header(&mut out, b"x-inferrail-replica", extras.replica.as_bytes());
     push_header(&mut out, b"x-inferrail-policy", extras.policy.as_bytes());
-    let mut number = Vec::with_capacity(10);
     for (name, value) in [
-        (&b"x-inferrail-prompt-tokens"[..], extras.prompt_tokens),
-        (&b"x-inferrail-cached-tokens"[..], extras.cached_tokens),
+        (&b"x-inferrail-prompt-tokens: "[..], extras.prompt_tokens),
+        (&b"x-inferrail-cached-tokens: "[..], extras.cached_tokens),
     ] {
         if let Some(v) = value {
-            number.clear();
-            push_decimal(&mut number, u64::from(v));
-            push_header(&mut out, name, &number);
+            out.extend_from_slice(name);
+            push_decimal(&mut out, u64::from(v));
+            out.extend_from_slice(b"\r\n");
         }
     }
     if close {

@@ -13,11 +13,19 @@ const COALESCE_BODY: usize = 64 * 1024;
 /// Largest response head accepted from an engine.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
-/// Headers copied from the client to the engine: everything except hop-by-hop headers, those
-/// the gateway sets itself, and `expect` (the gateway sends the whole body at once).
-pub(crate) fn upstream_headers(head: &RequestHead, request_id: &str) -> Vec<u8> {
+/// The bytes of one upstream request for `authority`, built in one pass: the request line, the
+/// client's headers except hop-by-hop ones, those the gateway sets itself and `expect` (the
+/// gateway sends the whole body at once), then `x-request-id`, the length and, when small, the
+/// body.
+fn upstream_request(head: &RequestHead, request_id: &str, authority: &str, body: &[u8]) -> Vec<u8> {
+    let coalesce = body.len() <= COALESCE_BODY;
+    let room = head.bytes.len() + authority.len() + request_id.len() + 96;
+    let mut out = Vec::with_capacity(room + if coalesce { body.len() } else { 0 });
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(head.target());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    push_header(&mut out, b"host", authority.as_bytes());
     let connection = head.header("connection").unwrap_or(b"");
-    let mut out = Vec::with_capacity(head.bytes.len() + 64);
     for (name, value) in head.header_lines() {
         if is_hop_by_hop(name)
             || listed_in_connection(connection, name)
@@ -31,22 +39,9 @@ pub(crate) fn upstream_headers(head: &RequestHead, request_id: &str) -> Vec<u8> 
         push_header(&mut out, name, value);
     }
     push_header(&mut out, b"x-request-id", request_id.as_bytes());
-    out
-}
-
-/// The bytes of one upstream request for `authority`. The body is included when small.
-fn upstream_request(head: &RequestHead, common: &[u8], authority: &str, body: &[u8]) -> Vec<u8> {
-    let coalesce = body.len() <= COALESCE_BODY;
-    let mut out = Vec::with_capacity(common.len() + 128 + if coalesce { body.len() } else { 0 });
-    out.extend_from_slice(b"POST ");
-    out.extend_from_slice(head.target());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    push_header(&mut out, b"host", authority.as_bytes());
-    out.extend_from_slice(common);
     out.extend_from_slice(b"content-length: ");
     push_decimal(&mut out, body.len() as u64);
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"\r\n\r\n");
     if coalesce {
         out.extend_from_slice(body);
     }
@@ -85,11 +80,11 @@ pub(crate) async fn connect(
 pub(crate) async fn send(
     upstream: &mut TcpStream,
     head: &RequestHead,
-    common: &[u8],
+    request_id: &str,
     authority: &str,
     body: &bytes::Bytes,
 ) -> bool {
-    let wire = upstream_request(head, common, authority, body);
+    let wire = upstream_request(head, request_id, authority, body);
     let (res, _) = upstream.write_all(wire).await;
     if res.is_err() {
         return false;
