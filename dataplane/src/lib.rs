@@ -31,7 +31,8 @@ pub mod reports;
 pub mod request;
 pub mod shutdown;
 pub mod snapshot;
-#[allow(unsafe_code)] // recv(MSG_PEEK) and shutdown(2) on raw fds (SAFETY comments inside)
+#[allow(unsafe_code)]
+// recv(MSG_PEEK), send(MSG_DONTWAIT) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
 mod upstream;
 

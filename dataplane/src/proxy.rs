@@ -15,7 +15,7 @@ use crate::prediction::{observe_decision, Prediction};
 use crate::refusal::Refusal;
 use crate::relay::{client_head, HeadExtras, Relay};
 use crate::request::ProxyRequest;
-use crate::sockets::ClientWatch;
+use crate::sockets::{send_now, ClientWatch, SentNow};
 use crate::upstream::{self, HeadError, UpstreamHead};
 use inferrail_routing::brain;
 use inferrail_shards::index::RecordTicket;
@@ -556,26 +556,47 @@ async fn relay(
                 view.recorder.ttft(model, req.started.elapsed());
                 first_byte_recorded = true;
             }
-            let io = pin!(conn.stream.write_all(out));
-            match race(io, ex.timer(), timer, None, None).await {
-                Raced::Done((res, returned)) => {
-                    out = returned;
+            // What the socket takes at once goes out without a trip through the ring; only a
+            // remainder (a full send buffer) waits for the socket through monoio.
+            let written = match send_now(&conn.stream, &out) {
+                SentNow::All => {
                     out.clear();
-                    let event = if res.is_ok() {
-                        Event::Delivered
-                    } else {
-                        Event::ClientLeft
-                    };
-                    ex.handle(event, Instant::now());
-                    if !ex.relaying() {
+                    true
+                }
+                SentNow::Part(n) => {
+                    out.drain(..n);
+                    false
+                }
+                SentNow::Failed => {
+                    out.clear();
+                    ex.handle(Event::ClientLeft, Instant::now());
+                    break;
+                }
+            };
+            if written {
+                ex.handle(Event::Delivered, Instant::now());
+            } else {
+                let io = pin!(conn.stream.write_all(out));
+                match race(io, ex.timer(), timer, None, None).await {
+                    Raced::Done((res, returned)) => {
+                        out = returned;
+                        out.clear();
+                        let event = if res.is_ok() {
+                            Event::Delivered
+                        } else {
+                            Event::ClientLeft
+                        };
+                        ex.handle(event, Instant::now());
+                    }
+                    other => {
+                        // The write was cancelled: its bytes are lost, the response ends here.
+                        feed(ex, other);
                         break;
                     }
                 }
-                other => {
-                    // The write was cancelled: its bytes are lost, the response ends here.
-                    feed(ex, other);
-                    break;
-                }
+            }
+            if !ex.relaying() {
+                break;
             }
         }
         if done {

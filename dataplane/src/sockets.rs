@@ -1,5 +1,6 @@
 //! Socket operations monoio does not offer: noticing that a client went away while the gateway
-//! waits on an engine, and shutting a socket down from outside the task that owns it.
+//! waits on an engine, writing what a socket takes at once without a trip through the ring, and
+//! shutting a socket down from outside the task that owns it.
 //!
 //! A readiness poll on the client socket costs nothing to cancel (unlike an in-flight read, which
 //! could swallow pipelined bytes), and a `MSG_PEEK` tells a close from pipelined data.
@@ -88,6 +89,51 @@ impl ClientWatch {
     }
 }
 
+/// How much of a buffer [`send_now`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SentNow {
+    /// All of it.
+    All,
+    /// The first this many bytes; the socket's send buffer is full (the rest must wait).
+    Part(usize),
+    /// The connection is broken (reset, closed for writing): nothing more can be sent.
+    Failed,
+}
+
+/// Writes as much of `bytes` as `stream`'s socket takes right now, without waiting: a
+/// `send(MSG_DONTWAIT)` loop. Most writes (a request head and a small body, a response) fit the
+/// socket's buffer, so the write costs one syscall and no submission, completion and wake-up of
+/// the task through the ring. The caller writes any remainder through monoio, and must not have
+/// another write on the socket in flight.
+pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> SentNow {
+    let mut done = 0;
+    while done < bytes.len() {
+        let rest = &bytes[done..];
+        // SAFETY: the fd is a valid open socket owned by `stream` for this call's duration;
+        // `rest` is a live initialised slice of `rest.len()` bytes the kernel only reads;
+        // MSG_DONTWAIT keeps the call non-blocking and MSG_NOSIGNAL turns a broken pipe into
+        // EPIPE instead of SIGPIPE.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        match std::io::Error::last_os_error().kind() {
+            std::io::ErrorKind::Interrupted if n < 0 => {}
+            std::io::ErrorKind::WouldBlock if n < 0 => return SentNow::Part(done),
+            _ => return SentNow::Failed,
+        }
+    }
+    SentNow::All
+}
+
 /// Shuts both directions of socket `fd` down, so every pending read, write or readiness poll on it
 /// completes at once (the owning task then sees an error or end of file and closes it). Used to
 /// end connections at shutdown; `fd` must belong to a connection that is still registered.
@@ -97,5 +143,65 @@ pub(crate) fn shutdown_socket(fd: RawFd) {
     // so it still refers to that connection's socket.
     unsafe {
         libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn runtime() -> monoio::Runtime<monoio::time::TimeDriver<monoio::LegacyDriver>> {
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("runtime")
+    }
+
+    /// A connected pair: the monoio side and the std side of one loopback connection.
+    async fn pair() -> (TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let ours = TcpStream::connect_addr(addr).await.expect("connect");
+        let (theirs, _) = listener.accept().expect("accept");
+        (ours, theirs)
+    }
+
+    #[test]
+    fn send_now_writes_what_fits_and_says_how_much() {
+        runtime().block_on(async {
+            let (ours, mut theirs) = pair().await;
+            assert_eq!(send_now(&ours, b"hello"), SentNow::All);
+            let mut got = [0u8; 5];
+            theirs.read_exact(&mut got).expect("read");
+            assert_eq!(&got, b"hello");
+            // A peer that does not read: the send buffer fills and the rest must wait.
+            let big = vec![7u8; 64 << 20];
+            match send_now(&ours, &big) {
+                SentNow::Part(n) => assert!(n > 0 && n < big.len(), "{n}"),
+                other => panic!("expected a partial send, got {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn send_now_fails_on_a_connection_the_peer_reset() {
+        runtime().block_on(async {
+            let (ours, theirs) = pair().await;
+            // Unread data at close makes the peer answer with a reset.
+            assert_eq!(send_now(&ours, b"x"), SentNow::All);
+            monoio::time::sleep(std::time::Duration::from_millis(20)).await;
+            drop(theirs);
+            monoio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let mut outcome = SentNow::All;
+            for _ in 0..10 {
+                outcome = send_now(&ours, b"more");
+                if outcome == SentNow::Failed {
+                    break;
+                }
+                monoio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(outcome, SentNow::Failed);
+        });
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::client_conn::read_more;
 use crate::core_state::CoreView;
+use crate::sockets::{send_now, SentNow};
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{push_decimal, push_header, Method, RequestHead, ResponseHead};
 use monoio::io::AsyncWriteRentExt;
@@ -84,10 +85,20 @@ pub(crate) async fn send(
     authority: &str,
     body: &bytes::Bytes,
 ) -> bool {
-    let wire = upstream_request(head, request_id, authority, body);
-    let (res, _) = upstream.write_all(wire).await;
-    if res.is_err() {
-        return false;
+    let mut wire = upstream_request(head, request_id, authority, body);
+    // What the socket takes at once goes out without a trip through the ring.
+    match send_now(upstream, &wire) {
+        SentNow::All => wire.clear(),
+        SentNow::Part(n) => {
+            wire.drain(..n);
+        }
+        SentNow::Failed => return false,
+    }
+    if !wire.is_empty() {
+        let (res, _) = upstream.write_all(wire).await;
+        if res.is_err() {
+            return false;
+        }
     }
     if body.len() > COALESCE_BODY {
         let (res, _) = upstream.write_all(body.clone()).await;
