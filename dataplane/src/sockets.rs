@@ -134,6 +134,54 @@ pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> SentNow {
     SentNow::All
 }
 
+/// [`send_now`] for two buffers written back to back (a request head and its body) with one
+/// `sendmsg` per step, so neither is copied into the other. `Part(n)` counts bytes of both, the
+/// first buffer's first.
+pub(crate) fn send_now_pair(stream: &TcpStream, first: &[u8], second: &[u8]) -> SentNow {
+    let total = first.len() + second.len();
+    let mut done = 0;
+    while done < total {
+        let (a, b) = if done < first.len() {
+            (&first[done..], second)
+        } else {
+            (&second[done - first.len()..], &[][..])
+        };
+        let mut iov = [
+            libc::iovec {
+                iov_base: a.as_ptr() as *mut libc::c_void,
+                iov_len: a.len(),
+            },
+            libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            },
+        ];
+        // SAFETY: a zeroed msghdr is a valid "no name, no control data" header; it points at
+        // `iov`, a live local array of two iovecs that describe live initialised slices the
+        // kernel only reads (sendmsg never writes through iov_base).
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+            libc::sendmsg(
+                stream.as_raw_fd(),
+                &msg,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        match std::io::Error::last_os_error().kind() {
+            std::io::ErrorKind::Interrupted if n < 0 => {}
+            std::io::ErrorKind::WouldBlock if n < 0 => return SentNow::Part(done),
+            _ => return SentNow::Failed,
+        }
+    }
+    SentNow::All
+}
+
 /// Shuts both directions of socket `fd` down, so every pending read, write or readiness poll on it
 /// completes at once (the owning task then sees an error or end of file and closes it). Used to
 /// end connections at shutdown; `fd` must belong to a connection that is still registered.
@@ -179,6 +227,23 @@ mod tests {
             let big = vec![7u8; 64 << 20];
             match send_now(&ours, &big) {
                 SentNow::Part(n) => assert!(n > 0 && n < big.len(), "{n}"),
+                other => panic!("expected a partial send, got {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn send_now_pair_writes_both_buffers_in_order() {
+        runtime().block_on(async {
+            let (ours, mut theirs) = pair().await;
+            assert_eq!(send_now_pair(&ours, b"head:", b"body"), SentNow::All);
+            assert_eq!(send_now_pair(&ours, b"", b"+"), SentNow::All);
+            let mut got = [0u8; 10];
+            theirs.read_exact(&mut got).expect("read");
+            assert_eq!(&got, b"head:body+");
+            let big = vec![1u8; 64 << 20];
+            match send_now_pair(&ours, b"h", &big) {
+                SentNow::Part(n) => assert!(n > 1 && n < big.len() + 1, "{n}"),
                 other => panic!("expected a partial send, got {other:?}"),
             }
         });

@@ -3,25 +3,22 @@
 
 use crate::client_conn::read_more;
 use crate::core_state::CoreView;
-use crate::sockets::{send_now, SentNow};
+use crate::sockets::{send_now_pair, SentNow};
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{push_decimal, push_header, Method, RequestHead, ResponseHead};
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
-/// Bodies up to this size are sent in the same write as the request head.
-const COALESCE_BODY: usize = 64 * 1024;
 /// Largest response head accepted from an engine.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
-/// The bytes of one upstream request for `authority`, built in one pass: the request line, the
+/// The head of one upstream request for `authority`, built in one pass: the request line, the
 /// client's headers except hop-by-hop ones, those the gateway sets itself and `expect` (the
-/// gateway sends the whole body at once), then `x-request-id`, the length and, when small, the
-/// body.
+/// gateway sends the whole body at once), then `x-request-id` and the body's length. The body
+/// itself is written from the request's shared buffer, never copied.
 fn upstream_request(head: &RequestHead, request_id: &str, authority: &str, body: &[u8]) -> Vec<u8> {
-    let coalesce = body.len() <= COALESCE_BODY;
     let room = head.bytes.len() + authority.len() + request_id.len() + 96;
-    let mut out = Vec::with_capacity(room + if coalesce { body.len() } else { 0 });
+    let mut out = Vec::with_capacity(room);
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(head.target());
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -43,9 +40,6 @@ fn upstream_request(head: &RequestHead, request_id: &str, authority: &str, body:
     out.extend_from_slice(b"content-length: ");
     push_decimal(&mut out, body.len() as u64);
     out.extend_from_slice(b"\r\n\r\n");
-    if coalesce {
-        out.extend_from_slice(body);
-    }
     out
 }
 
@@ -76,8 +70,9 @@ pub(crate) async fn connect(
     Ok((stream, false))
 }
 
-/// Writes the whole request: head and body (in one write when the body is small; the shared body
-/// buffer is written as is otherwise, never copied). False when the engine closed.
+/// Writes the whole request: head and body, side by side in one `sendmsg` when the socket takes
+/// them, the body always from the request's shared buffer (never copied, on any attempt). False
+/// when the engine closed.
 pub(crate) async fn send(
     upstream: &mut TcpStream,
     head: &RequestHead,
@@ -86,25 +81,23 @@ pub(crate) async fn send(
     body: &bytes::Bytes,
 ) -> bool {
     let mut wire = upstream_request(head, request_id, authority, body);
-    // What the socket takes at once goes out without a trip through the ring.
-    match send_now(upstream, &wire) {
-        SentNow::All => wire.clear(),
-        SentNow::Part(n) => {
-            wire.drain(..n);
-        }
+    // What the socket takes at once goes out in one sendmsg, head and body side by side; only a
+    // remainder waits for the socket through the ring, the body still from its shared buffer.
+    let body_sent = match send_now_pair(upstream, &wire, body) {
+        SentNow::All => return true,
         SentNow::Failed => return false,
-    }
-    if !wire.is_empty() {
-        let (res, _) = upstream.write_all(wire).await;
-        if res.is_err() {
-            return false;
+        SentNow::Part(n) if n < wire.len() => {
+            wire.drain(..n);
+            let (res, _) = upstream.write_all(wire).await;
+            if res.is_err() {
+                return false;
+            }
+            0
         }
-    }
-    if body.len() > COALESCE_BODY {
-        let (res, _) = upstream.write_all(body.clone()).await;
-        return res.is_ok();
-    }
-    true
+        SentNow::Part(n) => n - wire.len(),
+    };
+    let (res, _) = upstream.write_all(body.slice(body_sent..)).await;
+    res.is_ok()
 }
 
 /// Why no response head could be read.

@@ -66,17 +66,7 @@ pub async fn http_get(
     timeout: Duration,
     cap: usize,
 ) -> Result<Fetched, ProbeError> {
-    let request = build_request(authority, path, false)?;
-    let once = async {
-        let stream = connect(addr).await?;
-        exchange(stream, &request, cap)
-            .await
-            .map(|(fetched, _)| fetched)
-    };
-    match monoio::time::timeout(timeout, once).await {
-        Ok(result) => result.map_err(|failure| failure.error),
-        Err(_) => Err(ProbeError::Timeout),
-    }
+    get(&mut None, false, addr, authority, path, timeout, cap).await
 }
 
 /// [`http_get`] over `conn`, the connection kept from this loop's previous call (if any), with
@@ -93,7 +83,23 @@ pub async fn http_get_reusing(
     timeout: Duration,
     cap: usize,
 ) -> Result<Fetched, ProbeError> {
-    let request = build_request(authority, path, true)?;
+    get(conn, true, addr, authority, path, timeout, cap).await
+}
+
+/// One GET within `timeout`: on the connection kept in `conn` if there is one (replaced by a
+/// fresh one when the engine closed it while idle), else on a fresh one; the connection is put
+/// back in `conn` only after a complete response that allows reuse. `keep_alive` is the
+/// request's `connection` header.
+async fn get(
+    conn: &mut Option<TcpStream>,
+    keep_alive: bool,
+    addr: SocketAddr,
+    authority: &str,
+    path: &str,
+    timeout: Duration,
+    cap: usize,
+) -> Result<Fetched, ProbeError> {
+    let request = build_request(authority, path, keep_alive)?;
     let kept = conn.take();
     let reusing = async {
         if let Some(stream) = kept {
