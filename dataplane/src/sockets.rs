@@ -101,37 +101,12 @@ pub(crate) enum SentNow {
 }
 
 /// Writes as much of `bytes` as `stream`'s socket takes right now, without waiting: a
-/// `send(MSG_DONTWAIT)` loop. Most writes (a request head and a small body, a response) fit the
+/// non-blocking `sendmsg` loop ([`send_now_pair`] with one buffer). Most writes (a request head and a small body, a response) fit the
 /// socket's buffer, so the write costs one syscall and no submission, completion and wake-up of
 /// the task through the ring. The caller writes any remainder through monoio, and must not have
 /// another write on the socket in flight.
 pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> SentNow {
-    let mut done = 0;
-    while done < bytes.len() {
-        let rest = &bytes[done..];
-        // SAFETY: the fd is a valid open socket owned by `stream` for this call's duration;
-        // `rest` is a live initialised slice of `rest.len()` bytes the kernel only reads;
-        // MSG_DONTWAIT keeps the call non-blocking and MSG_NOSIGNAL turns a broken pipe into
-        // EPIPE instead of SIGPIPE.
-        let n = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                rest.as_ptr().cast(),
-                rest.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        match std::io::Error::last_os_error().kind() {
-            std::io::ErrorKind::Interrupted if n < 0 => {}
-            std::io::ErrorKind::WouldBlock if n < 0 => return SentNow::Part(done),
-            _ => return SentNow::Failed,
-        }
-    }
-    SentNow::All
+    send_now_pair(stream, bytes, &[])
 }
 
 /// [`send_now`] for two buffers written back to back (a request head and its body) with one

@@ -677,19 +677,28 @@ pub(crate) mod tests {
         (engine, accepted)
     }
 
+    /// One kept-connection GET of `/metrics` from `engine`, 5 s and 64 bytes at most.
+    async fn get_metrics(
+        conn: &mut Option<TcpStream>,
+        engine: &TestEngine,
+    ) -> Result<Fetched, ProbeError> {
+        http_get_reusing(
+            conn,
+            engine.addr,
+            "e:1",
+            "/metrics",
+            Duration::from_secs(5),
+            64,
+        )
+        .await
+    }
+
     #[test]
     fn a_kept_connection_serves_the_next_gets() {
         let (engine, accepted) = counting_engine("", 100);
         let mut conn = None;
         for _ in 0..3 {
-            let got = run(http_get_reusing(
-                &mut conn,
-                engine.addr,
-                "e:1",
-                "/metrics",
-                Duration::from_secs(5),
-                64,
-            ));
+            let got = run(get_metrics(&mut conn, &engine));
             assert_eq!(got.map(|f| f.body), Ok(b"ok".to_vec()));
             assert!(
                 conn.is_some(),
@@ -709,15 +718,7 @@ pub(crate) mod tests {
         let mut conn = None;
         run(async {
             for _ in 0..3 {
-                let got = http_get_reusing(
-                    &mut conn,
-                    engine.addr,
-                    "e:1",
-                    "/metrics",
-                    Duration::from_secs(5),
-                    64,
-                )
-                .await;
+                let got = get_metrics(&mut conn, &engine).await;
                 assert_eq!(got.map(|f| f.body), Ok(b"ok".to_vec()));
                 // Let the engine's close reach the kept socket before the next GET.
                 monoio::time::sleep(Duration::from_millis(20)).await;
@@ -736,14 +737,7 @@ pub(crate) mod tests {
             // The second answer carries bytes beyond its body (an answer nobody asked for).
             let (engine, _) = counting_engine(extra, 100);
             let mut conn = None;
-            let got = run(http_get_reusing(
-                &mut conn,
-                engine.addr,
-                "e:1",
-                "/metrics",
-                Duration::from_secs(5),
-                64,
-            ));
+            let got = run(get_metrics(&mut conn, &engine));
             assert!(got.is_ok(), "{extra:?}: {got:?}");
             assert!(conn.is_none(), "{extra:?}: the connection must not be kept");
         }
