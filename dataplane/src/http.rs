@@ -108,7 +108,8 @@ async fn handle_request(
     let head_only = head.method == Method::Head;
     let close = head.close;
     let recorder = &view.recorder;
-    match prepare(&view.snap, conn, head, &request_id, started).await {
+    let mut request_id = request_id;
+    match prepare(&view.snap, conn, head, &mut request_id, started).await {
         Ok(Prepared::Proxy(request)) => forward(ctx, view, conn, request).await,
         Ok(Prepared::Local(bytes, close_after)) => conn.send(bytes).await && !close_after,
         Err(None) => {
@@ -129,12 +130,13 @@ async fn handle_request(
 }
 
 /// Routes the request, reads the body of a completion and fixes its model name. `Err(None)` means
-/// the client went away.
+/// the client went away. A proxied request takes `request_id` with it (left empty here); any
+/// other outcome leaves it for the answer.
 async fn prepare(
     snap: &Arc<Snapshot>,
     conn: &mut ClientConn,
     head: RequestHead,
-    request_id: &str,
+    request_id: &mut String,
     started: Instant,
 ) -> Result<Prepared, Option<Refusal>> {
     // A refused request whose body was not read leaves the connection unusable.
@@ -288,7 +290,7 @@ async fn prepare(
         arm,
         sampled,
         endpoint,
-        request_id: request_id.to_string(),
+        request_id: std::mem::take(request_id),
         started,
         deadline,
         session,

@@ -415,7 +415,8 @@ fn route(
         view.recorder.retry(req.model);
     }
     let left = slot.replica().left_rotation();
-    ex.handle(Event::Routed { replica, ticket }, Instant::now());
+    // The attempt starts when routing began (one clock read for the whole decision).
+    ex.handle(Event::Routed { replica, ticket }, now);
     Some(Live {
         replica,
         slot,
