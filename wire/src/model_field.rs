@@ -41,22 +41,6 @@ pub enum ModelFieldError {
 /// searched byte by byte. Message contents are most of a body's bytes, so this is the scan that
 /// costs.
 fn plain_run(bytes: &[u8]) -> usize {
-    // Keys and short values ("role", "user", a model name) end within a few bytes: a plain loop
-    // over the first ones costs less than setting up the vector search.
-    const SHORT: usize = 24;
-    for (i, &b) in bytes.iter().take(SHORT).enumerate() {
-        if b == b'"' || b == b'\\' || b < 0x20 {
-            return i;
-        }
-    }
-    if bytes.len() <= SHORT {
-        return bytes.len();
-    }
-    SHORT + long_run(&bytes[SHORT..])
-}
-
-/// [`plain_run`] past its first bytes, vectorised.
-fn long_run(bytes: &[u8]) -> usize {
     let end = memchr::memchr2(b'"', b'\\', bytes).unwrap_or(bytes.len());
     let run = &bytes[..end];
     if run.iter().fold(u8::MAX, |low, &b| low.min(b)) >= 0x20 {
