@@ -32,7 +32,7 @@ pub mod request;
 pub mod shutdown;
 pub mod snapshot;
 #[allow(unsafe_code)]
-// recv(MSG_PEEK), send(MSG_DONTWAIT) and shutdown(2) on raw fds (SAFETY comments inside)
+// recv(MSG_PEEK), sendmsg(MSG_DONTWAIT) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
 mod upstream;
 
