@@ -18,7 +18,6 @@ use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, Work
 use crate::live_config::{Applied, ConfigStore, Refusal};
 use crate::observe::decision_log::DecisionLogHandle;
 use crate::observe::shadow::ShadowHandle;
-use crate::tick_bell::TickBell;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
@@ -196,7 +195,7 @@ pub struct Controller {
     /// Weak self-reference handed to worker sinks.
     me: Weak<RefCell<Controller>>,
     /// Rung when an event moved the next tick deadline earlier (see [`Controller::next_tick`]).
-    pub tick_bell: Rc<TickBell>,
+    pub tick_bell: Rc<Doorbell>,
 }
 
 /// What the control thread starts from (built on the caller's thread, moved to the control thread).
@@ -293,7 +292,7 @@ impl Controller {
             log_prompts: seed.log_prompts,
             observers: seed.observers,
             me: Weak::new(),
-            tick_bell: Rc::new(TickBell::default()),
+            tick_bell: Rc::new(Doorbell::new()),
         }));
         {
             let mut c = ctl.borrow_mut();

@@ -17,6 +17,5 @@ pub mod gateway;
 pub mod live_config;
 pub mod observe;
 pub mod prediction;
-pub mod tick_bell;
 
 pub use gateway::{ConfigSource, Gateway, GatewayError, GatewayOptions};

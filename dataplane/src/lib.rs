@@ -31,8 +31,8 @@ pub mod reports;
 pub mod request;
 pub mod shutdown;
 pub mod snapshot;
+// recv(MSG_PEEK), sendmsg(MSG_DONTWAIT) and shutdown(2) on raw fds (SAFETY comments inside).
 #[allow(unsafe_code)]
-// recv(MSG_PEEK), sendmsg(MSG_DONTWAIT) and shutdown(2) on raw fds (SAFETY comments inside)
 mod sockets;
 mod upstream;
 

@@ -181,7 +181,7 @@ impl Driver<'_> {
                 let fleet_now = self.ctx.fleet_clock.micros(now);
                 if has_room(self.view, self.req.model, now, fleet_now) {
                     self.waiting_for_slot = false;
-                    self.ex.handle(Event::SlotFreed, Instant::now());
+                    self.ex.handle(Event::SlotFreed, now);
                 }
             }
             other => {
@@ -559,43 +559,38 @@ async fn relay(
             }
             // What the socket takes at once goes out without a trip through the ring; only a
             // remainder (a full send buffer) waits for the socket through monoio.
-            let written = match send_now(&conn.stream, &out) {
-                SentNow::All => {
-                    out.clear();
-                    true
-                }
+            let event = match send_now(&conn.stream, &out) {
+                SentNow::All => Event::Delivered,
+                SentNow::Failed => Event::ClientLeft,
                 SentNow::Part(n) => {
                     out.drain(..n);
-                    false
-                }
-                SentNow::Failed => {
-                    out.clear();
-                    ex.handle(Event::ClientLeft, Instant::now());
-                    break;
+                    match race(
+                        pin!(conn.stream.write_all(out)),
+                        ex.timer(),
+                        timer,
+                        None,
+                        None,
+                    )
+                    .await
+                    {
+                        Raced::Done((res, returned)) => {
+                            out = returned;
+                            if res.is_ok() {
+                                Event::Delivered
+                            } else {
+                                Event::ClientLeft
+                            }
+                        }
+                        other => {
+                            // The write was cancelled: its bytes are lost, the response ends here.
+                            feed(ex, other);
+                            break;
+                        }
+                    }
                 }
             };
-            if written {
-                ex.handle(Event::Delivered, Instant::now());
-            } else {
-                let io = pin!(conn.stream.write_all(out));
-                match race(io, ex.timer(), timer, None, None).await {
-                    Raced::Done((res, returned)) => {
-                        out = returned;
-                        out.clear();
-                        let event = if res.is_ok() {
-                            Event::Delivered
-                        } else {
-                            Event::ClientLeft
-                        };
-                        ex.handle(event, Instant::now());
-                    }
-                    other => {
-                        // The write was cancelled: its bytes are lost, the response ends here.
-                        feed(ex, other);
-                        break;
-                    }
-                }
-            }
+            out.clear();
+            ex.handle(event, Instant::now());
             if !ex.relaying() {
                 break;
             }
@@ -680,14 +675,6 @@ impl StepTimer<'_> {
     }
 }
 
-/// What woke one round of [`race`].
-enum Woke<T> {
-    Done(T),
-    Timer,
-    ClientLeft,
-    LeftRotation,
-}
-
 /// Runs `io` until it finishes, `due` (the exchange's next timer) comes, the watched client
 /// leaves or the replica leaves rotation, whichever is first; the others are dropped
 /// (cancelled). The client watch's arming instant shares the step timer: when it comes first the
@@ -729,28 +716,24 @@ async fn race<T>(
             }
         };
         // Biased: the step's own I/O first (the likeliest to be ready), then the timer; no
-        // random draw per poll.
-        let woke = monoio::select! {
+        // random draw per poll. `None`: the timer woke for the client watch's arming only.
+        let raced = monoio::select! {
             biased;
-            r = io.as_mut() => Woke::Done(r),
-            _ = sleep => Woke::Timer,
-            _ = watched => Woke::ClientLeft,
-            _ = gone => Woke::LeftRotation,
+            r = io.as_mut() => Some(Raced::Done(r)),
+            _ = sleep => due
+                .filter(|(_, at)| Some(*at) == wake)
+                .map(|(t, at)| Raced::Timer(t, at)),
+            _ = watched => Some(Raced::ClientLeft),
+            _ = gone => Some(Raced::LeftRotation),
         };
-        return match woke {
-            Woke::Done(r) => Raced::Done(r),
-            Woke::ClientLeft => Raced::ClientLeft,
-            Woke::LeftRotation => Raced::LeftRotation,
-            Woke::Timer => match due {
-                Some((t, at)) if Some(at) == wake => Raced::Timer(t, at),
-                _ => {
-                    if let Some((watch, _)) = client.as_mut() {
-                        watch.arm();
-                    }
-                    continue;
+        match raced {
+            Some(raced) => return raced,
+            None => {
+                if let Some((watch, _)) = client.as_mut() {
+                    watch.arm();
                 }
-            },
-        };
+            }
+        }
     }
 }
 

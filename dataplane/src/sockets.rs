@@ -16,7 +16,7 @@ pub(crate) struct ClientWatch {
 }
 
 /// How long an exchange runs before the client socket is watched for a close.
-pub(crate) const ARM_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+const ARM_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What a peek at a readable client socket found.
 enum Peek {
@@ -101,10 +101,10 @@ pub(crate) enum SentNow {
 }
 
 /// Writes as much of `bytes` as `stream`'s socket takes right now, without waiting: a
-/// non-blocking `sendmsg` loop ([`send_now_pair`] with one buffer). Most writes (a request head and a small body, a response) fit the
-/// socket's buffer, so the write costs one syscall and no submission, completion and wake-up of
-/// the task through the ring. The caller writes any remainder through monoio, and must not have
-/// another write on the socket in flight.
+/// non-blocking `sendmsg` loop ([`send_now_pair`] with one buffer). Most writes (a response, a
+/// request head and its body) fit the socket's buffer, so the write costs one syscall and no
+/// submission, completion and wake-up of the task through the ring. The caller writes any
+/// remainder through monoio, and must not have another write on the socket in flight.
 pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> SentNow {
     send_now_pair(stream, bytes, &[])
 }

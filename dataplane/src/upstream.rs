@@ -16,7 +16,12 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// client's headers except hop-by-hop ones, those the gateway sets itself and `expect` (the
 /// gateway sends the whole body at once), then `x-request-id` and the body's length. The body
 /// itself is written from the request's shared buffer, never copied.
-fn upstream_request(head: &RequestHead, request_id: &str, authority: &str, body: &[u8]) -> Vec<u8> {
+fn upstream_request(
+    head: &RequestHead,
+    request_id: &str,
+    authority: &str,
+    body_len: usize,
+) -> Vec<u8> {
     let room = head.bytes.len() + authority.len() + request_id.len() + 96;
     let mut out = Vec::with_capacity(room);
     out.extend_from_slice(b"POST ");
@@ -38,7 +43,7 @@ fn upstream_request(head: &RequestHead, request_id: &str, authority: &str, body:
     }
     push_header(&mut out, b"x-request-id", request_id.as_bytes());
     out.extend_from_slice(b"content-length: ");
-    push_decimal(&mut out, body.len() as u64);
+    push_decimal(&mut out, body_len as u64);
     out.extend_from_slice(b"\r\n\r\n");
     out
 }
@@ -80,7 +85,7 @@ pub(crate) async fn send(
     authority: &str,
     body: &bytes::Bytes,
 ) -> bool {
-    let mut wire = upstream_request(head, request_id, authority, body);
+    let mut wire = upstream_request(head, request_id, authority, body.len());
     // What the socket takes at once goes out in one sendmsg, head and body side by side; only a
     // remainder waits for the socket through the ring, the body still from its shared buffer.
     let body_sent = match send_now_pair(upstream, &wire, body) {

@@ -22,7 +22,6 @@
 //! - At most `retry.max_attempts` attempts; every failed attempt takes its index record back and
 //!   reports the replica's failure (passive ejection) unless the failure was not the engine's.
 
-mod inline;
 #[cfg(test)]
 mod props;
 mod rules;

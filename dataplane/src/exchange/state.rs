@@ -1,10 +1,10 @@
 //! The exchange's state machine: its states, and the transition each event makes.
 
-use super::inline::{InlineList, InlineQueue};
 use super::rules::{next_attempt_at, POISON_STRIKES};
 use super::{Action, Event, Limits, Timer};
 use crate::errors::{Failure, NoCandidate};
 use crate::metrics::Outcome;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// Where the request is.
@@ -56,19 +56,19 @@ pub struct Exchange<T> {
     /// Counted attempts started.
     attempts: u32,
     /// Replicas tried, in order (repeats when every replica was tried).
-    tried: InlineList,
+    tried: Vec<usize>,
     /// Closes after the whole request was written.
     strikes: u32,
     /// The latest failed attempt's failure and replica (already counted), answered when no
     /// further attempt can be made.
     last_failure: Option<(Failure, usize)>,
-    actions: InlineQueue<Action<T>>,
+    actions: VecDeque<Action<T>>,
 }
 
 impl<T> Exchange<T> {
     /// A request starting under `limits`: its first action is [`Action::Route`] for attempt 1.
     pub fn new(limits: Limits) -> Exchange<T> {
-        let mut actions = InlineQueue::new();
+        let mut actions = VecDeque::with_capacity(8);
         actions.push_back(Action::Route { attempt: 1 });
         Exchange {
             limits: Limits {
@@ -78,7 +78,7 @@ impl<T> Exchange<T> {
             state: State::Routing,
             attempt: None,
             attempts: 0,
-            tried: InlineList::new(),
+            tried: Vec::with_capacity(limits.max_attempts.min(8) as usize),
             strikes: 0,
             last_failure: None,
             actions,
@@ -116,7 +116,7 @@ impl<T> Exchange<T> {
 
     /// Replicas tried so far, in order.
     pub fn tried(&self) -> &[usize] {
-        self.tried.as_slice()
+        &self.tried
     }
 
     /// Counted attempts started so far.
