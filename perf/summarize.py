@@ -10,8 +10,10 @@ Per rate, over repetitions (medians):
   - added latency of each proxy leg (gateway, gateway_cost, nginx, sglang, sglang_cache, vllm,
     vllm_cache): its percentile minus the direct percentile of the same repetition, then the
     median of those differences;
-  - CPU µs per request of each proxy process (utime + stime over completed requests, warmup
-    included since the CPU counters cover it);
+  - CPU µs per request of each proxy process (the scheduler's exact on-CPU time from schedstat,
+    summed over threads, when runs.jsonl has it; else utime + stime, which tick-accounting
+    kernels sample at each tick), over completed requests, warmup included since the counters
+    cover it;
   - gateway / other proxy ratios for added p50, added p99 and CPU per request, plus
     gateway_cost / the cache-aware peers (like for like: routing that looks at the prompt).
 Results directories of older runs (legs direct, gateway, nginx; nginx engine) still summarise.
@@ -54,12 +56,52 @@ def load_runs(out):
 
 
 def cpu_us_per_request(run, key="cpu_ticks"):
-    """CPU µs of the counted process per request it handled (warmup included), or None."""
+    """CPU µs of the counted process per request it handled (warmup included), or None.
+
+    `cpu_ticks` / `engine_cpu_ticks` (utime + stime) are replaced by the scheduler's exact
+    on-CPU time (`cpu_ns` / `engine_cpu_ns`, schedstat summed over threads) when the run has it
+    and the process kept the same threads over the leg; `exact=False` forces the tick figure."""
+    return _cpu_us(run, key, exact=USE_EXACT_CPU)
+
+
+# Set by main(): every leg of a run is read the same way (exact only when every leg has it).
+USE_EXACT_CPU = True
+
+
+def cpu_ticks_us_per_request(run, key="cpu_ticks"):
+    """The tick-sampled figure (utime + stime) even when the exact one exists."""
+    return _cpu_us(run, key, exact=False)
+
+
+def _cpu_us(run, key, exact):
     report = run["report"]
     handled = report["completed"] + report["warmup"]["completed"]
     if handled == 0 or key not in run:
         return None
+    ns_key = key.replace("_ticks", "_ns")
+    if exact and ns_key in run and run.get("threads_stable", False):
+        return run[ns_key] / 1e3 / handled
     return run[key] / run["clk_tck"] * 1e6 / handled
+
+
+def switches_per_request(run):
+    """Context switches of the counted process per request handled, or None (older runs)."""
+    report = run["report"]
+    handled = report["completed"] + report["warmup"]["completed"]
+    if handled == 0 or "context_switches" not in run:
+        return None
+    return run["context_switches"] / handled
+
+
+def cpu_source(runs):
+    """How the CPU figures of these runs were measured, for the report's header."""
+    runs = list(runs)
+    exact = sum(1 for r in runs if "cpu_ns" in r and r.get("threads_stable", False))
+    if exact == len(runs):
+        return "exact"
+    if exact == 0:
+        return "ticks"
+    return f"mixed ({exact} of {len(runs)} legs exact)"
 
 
 def median(values):
@@ -115,6 +157,7 @@ def summarise_rate(runs, rate):
             "reps": len(pairs),
             "added_us": added,
             "cpu_us_per_request": median(cpu_us_per_request(p) for _, p in pairs),
+            "cpu_ticks_us_per_request": median(cpu_ticks_us_per_request(p) for _, p in pairs),
         }
     result["gateway_over"] = {
         other: ratios(result["gateway"], result[other]) for other in PROXIES if other != "gateway"
@@ -138,6 +181,7 @@ def summarise_rate(runs, rate):
                                           default=None),
                 "prompt_tokens_per_response": median(prompt_tokens_per_response(r) for r in reports),
                 "engine_cpu_us": median(cpu_us_per_request(r, "engine_cpu_ticks") for r in legs),
+                "switches_per_request": median(switches_per_request(r) for r in legs),
             }
     return result
 
@@ -157,6 +201,12 @@ def leg_notes(meta):
     if "legs" in meta:
         return meta["legs"]
     return {"direct": "ran", "gateway": meta.get("gateway", "—"), "nginx": "ran"}
+
+
+CPU_SOURCES = {
+    "exact": "the scheduler's on-CPU time (schedstat, ns, summed over threads)",
+    "ticks": "utime+stime (sampled at timer ticks)",
+}
 
 
 def markdown(meta, results):
@@ -179,9 +229,9 @@ def markdown(meta, results):
     lines += [
         f"- pinning: {meta['pinning']}; nproc {meta['nproc']}; kernel {meta['kernel']}; nginx {meta.get('nginx') or '—'}",
         "- added = leg percentile − direct percentile of the same repetition, median over repetitions; "
-        "CPU = utime+stime of the proxy process (gateway and routers: the whole process, all threads; "
-        "nginx: its worker) per request handled; gw ÷ leg = gateway figure divided by that leg's "
-        "(below 1: the gateway is cheaper)",
+        f"CPU = {CPU_SOURCES[meta.get('cpu_source', 'ticks')]} of the proxy process (gateway and routers: "
+        "the whole process, all threads; nginx: its worker) per request handled; gw ÷ leg = gateway "
+        "figure divided by that leg's (below 1: the gateway is cheaper)",
         "",
     ]
     skipped = [(leg, note) for leg, note in notes.items() if not note.startswith("ran")]
@@ -192,27 +242,28 @@ def markdown(meta, results):
     for r in results:
         lines += [f"## {r['rate']} req/s", ""]
         lines += [
-            "| leg | added p50 µs | added p99 µs | added p99.9 µs | CPU µs/req | gw ÷ leg p50 | gw ÷ leg p99 | gw ÷ leg CPU |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| leg | added p50 µs | added p99 µs | added p99.9 µs | CPU µs/req | gw ÷ leg p50 | gw ÷ leg p99 | gw ÷ leg CPU | CPU µs/req (ticks) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         d = r["direct"]
         lines.append(
             f"| direct (latency itself, not added; CPU: the engine) | {fmt(d['p50'])} | {fmt(d['p99'])} | {fmt(d['p99.9'])} | "
-            f"{fmt(r['engine_cpu_us'], 1)} | | | |"
+            f"{fmt(r['engine_cpu_us'], 1)} | | | | |"
         )
         for proxy in PROXIES:
             p = r[proxy]
             label = f"{proxy} ({DESCRIPTIONS[proxy]})"
             if p is None:
                 if proxy in notes:
-                    lines.append(f"| {label} | not run | | | | | | |")
+                    lines.append(f"| {label} | not run | | | | | | | |")
                 continue
             a = p["added_us"]
             g = r["gateway_over"].get(proxy) if proxy != "gateway" else None
             cells = [fmt_ratio(g["added_p50"]), fmt_ratio(g["added_p99"]), fmt_ratio(g["cpu"])] if g else ["", "", ""]
             lines.append(
                 f"| {label} | {fmt(a['p50'])} | {fmt(a['p99'])} | {fmt(a['p99.9'])} | "
-                f"{fmt(p['cpu_us_per_request'], 1)} | {' | '.join(cells)} |"
+                f"{fmt(p['cpu_us_per_request'], 1)} | {' | '.join(cells)} | "
+                f"{fmt(p.get('cpu_ticks_us_per_request'), 1)} |"
             )
         like = [(k, v) for k, v in r["like_for_like"].items() if v]
         if like:
@@ -228,14 +279,15 @@ def markdown(meta, results):
         lines += [
             "",
             "| run health | errors | achieved req/s (median) | send lag p99 µs (worst) | connections (max) "
-            "| peak in flight | prompt tokens/resp | engine CPU µs/req |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| peak in flight | prompt tokens/resp | engine CPU µs/req | context switches/req |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for leg, h in r["health"].items():
             lines.append(
                 f"| {leg} | {h['errors']} | {fmt(h['achieved_rate'], 1)} | {h['send_lag_p99_us_max']} | "
                 f"{h['connections_opened_max']} | {fmt(h['peak_in_flight_max'])} | "
-                f"{fmt(h['prompt_tokens_per_response'], 1)} | {fmt(h['engine_cpu_us'], 1)} |"
+                f"{fmt(h['prompt_tokens_per_response'], 1)} | {fmt(h['engine_cpu_us'], 1)} | "
+                f"{fmt(h['switches_per_request'], 2)} |"
             )
         lines.append("")
     lines += [
@@ -255,6 +307,14 @@ def main():
     meta = json.loads((out / "meta.json").read_text())
     runs = load_runs(out)
     rates = sorted({rate for (rate, _, _) in runs})
+    global USE_EXACT_CPU
+    source = cpu_source(runs.values())
+    if source.startswith("mixed"):
+        print(f"summarize.py: CPU figures are {source}: a thread came or went during some legs, "
+              "so every leg is read from utime+stime", file=sys.stderr)
+        source = "ticks"
+    USE_EXACT_CPU = source == "exact"
+    meta["cpu_source"] = source
     results = [summarise_rate(runs, rate) for rate in rates]
     (out / "summary.json").write_text(json.dumps({"meta": meta, "rates": results}, indent=2) + "\n")
     md = markdown(meta, results)

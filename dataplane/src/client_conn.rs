@@ -19,8 +19,24 @@ pub struct ClientConn {
     /// Bytes read and not consumed, starting at `pos`.
     buf: Vec<u8>,
     pos: usize,
-    /// A response buffer kept between requests so a request does not allocate one.
+    /// The engine read buffer kept between requests so a request does not allocate one.
     spare: Vec<u8>,
+    /// The buffer outgoing bytes are built in (the upstream request head, then the client's
+    /// response head and first body bytes), kept between requests.
+    write_buf: Vec<u8>,
+    /// The buffer the next request body is read into, given back once the request is done.
+    body_buf: Vec<u8>,
+}
+
+/// Largest buffer a connection keeps for its next request; a bigger one is freed.
+const KEEP_AT_MOST: usize = 4 * READ_CHUNK;
+
+/// Keeps `buf` (emptied) in `slot` unless it grew past [`KEEP_AT_MOST`].
+fn keep(slot: &mut Vec<u8>, mut buf: Vec<u8>) {
+    if buf.capacity() <= KEEP_AT_MOST {
+        buf.clear();
+        *slot = buf;
+    }
 }
 
 /// Why the head of the next request could not be had.
@@ -65,6 +81,8 @@ impl ClientConn {
             buf: Vec::with_capacity(READ_CHUNK),
             pos: 0,
             spare: Vec::new(),
+            write_buf: Vec::new(),
+            body_buf: Vec::new(),
         }
     }
 
@@ -167,13 +185,14 @@ impl ClientConn {
                         Err(_) => return Err(BodyFailure::Closed),
                     }
                 }
-                let body = self.buffered()[..n].to_vec();
+                let mut body = std::mem::take(&mut self.body_buf);
+                body.extend_from_slice(&self.buffered()[..n]);
                 self.consume(n);
                 Ok(body)
             }
             BodyFraming::Chunked => {
                 let mut decoder = ChunkedDecoder::new();
-                let mut body = Vec::new();
+                let mut body = std::mem::take(&mut self.body_buf);
                 loop {
                     let progress = decoder
                         .feed(&self.buf[self.pos..], Some(&mut body))
@@ -205,10 +224,27 @@ impl ClientConn {
     }
 
     /// Keeps `buf` for the next request unless it grew large.
-    pub(crate) fn put_spare(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() <= 4 * READ_CHUNK {
-            buf.clear();
-            self.spare = buf;
+    pub(crate) fn put_spare(&mut self, buf: Vec<u8>) {
+        keep(&mut self.spare, buf);
+    }
+
+    /// The connection's buffer for outgoing bytes (empty, possibly with capacity).
+    pub(crate) fn take_write_buf(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.write_buf)
+    }
+
+    /// Keeps `buf` as the buffer for outgoing bytes unless it grew large.
+    pub(crate) fn put_write_buf(&mut self, buf: Vec<u8>) {
+        keep(&mut self.write_buf, buf);
+    }
+
+    /// Takes back a finished request's body buffer for the next body, when nothing else holds
+    /// it any more (a write the driver abandoned may still).
+    pub(crate) fn put_body(&mut self, body: bytes::Bytes) {
+        if let Ok(mut body) = body.try_into_mut() {
+            // Emptied first, so turning it back into a Vec moves no bytes.
+            body.clear();
+            keep(&mut self.body_buf, Vec::from(body));
         }
     }
 

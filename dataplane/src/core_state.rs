@@ -156,10 +156,9 @@ pub struct ReplicaSlot {
 impl ReplicaSlot {
     /// The first byte of the response body arrived: the request leaves the replica's prefill
     /// queue (which empties when it was the last one waiting).
-    pub fn first_byte(&mut self) {
+    pub fn first_byte(&mut self, now: std::time::Instant) {
         if self.admission.awaiting_first_byte() {
-            self.admission
-                .first_byte(self.clock.micros(std::time::Instant::now()));
+            self.admission.first_byte(self.clock.micros(now));
         }
     }
 

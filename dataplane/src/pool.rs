@@ -13,10 +13,9 @@ pub struct IdlePool {
 }
 
 impl IdlePool {
-    /// The most recently used connection idle for less than `max_idle`, if any.
-    pub fn checkout(&self, max_idle: Duration) -> Option<TcpStream> {
+    /// The most recently used connection idle for less than `max_idle` at `now`, if any.
+    pub fn checkout(&self, max_idle: Duration, now: Instant) -> Option<TcpStream> {
         let mut idle = self.idle.borrow_mut();
-        let now = Instant::now();
         // Everything below a stale entry is older still: drop them all.
         if let Some(fresh_from) = idle
             .iter()
@@ -29,10 +28,11 @@ impl IdlePool {
         idle.pop().map(|(s, _)| s)
     }
 
-    /// Returns a connection after a complete exchange; the oldest is closed beyond `max_count`.
-    pub fn checkin(&self, stream: TcpStream, max_count: usize) {
+    /// Returns a connection after a complete exchange at `now`; the oldest is closed beyond
+    /// `max_count`.
+    pub fn checkin(&self, stream: TcpStream, max_count: usize, now: Instant) {
         let mut idle = self.idle.borrow_mut();
-        idle.push((stream, Instant::now()));
+        idle.push((stream, now));
         if idle.len() > max_count {
             let excess = idle.len() - max_count;
             idle.drain(..excess);

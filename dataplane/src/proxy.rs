@@ -36,6 +36,8 @@ struct Live {
     left: LeftRotation,
     upstream: Option<TcpStream>,
     response: Option<Response>,
+    /// When the attempt was routed (its connection is taken from the pool right after).
+    routed_at: Instant,
 }
 
 /// A response head read and the first client bytes built from it, before the commit.
@@ -93,7 +95,9 @@ pub async fn forward(
         queued: None,
         waiting_for_slot: false,
     };
-    driver.run().await
+    let keep = driver.run().await;
+    conn.put_body(req.body);
+    keep
 }
 
 /// One request's exchange and the I/O around it.
@@ -202,7 +206,7 @@ impl Driver<'_> {
         l.upstream = None;
         l.response = None;
         let client = Some((&mut self.watch, &self.conn.stream));
-        let io = upstream::connect(self.view, replica, pooled);
+        let io = upstream::connect(self.view, replica, pooled, l.routed_at);
         match race(
             pin!(io),
             self.ex.timer(),
@@ -240,19 +244,27 @@ impl Driver<'_> {
         };
         let req = self.req;
         let authority = &self.view.snap.replicas[*replica].spec.authority;
-        let io = upstream::send(up, &req.head, &req.request_id, authority, &req.body);
+        let wire = self.conn.take_write_buf();
+        let io = upstream::send(up, wire, &req.head, &req.request_id, authority, &req.body);
         let client = Some((&mut self.watch, &self.conn.stream));
-        match race(
+        let raced = race(
             pin!(io),
             self.ex.timer(),
             &mut self.timer,
             client,
             Some(left),
         )
-        .await
-        {
-            Raced::Done(true) => self.ex.handle(Event::RequestWritten, Instant::now()),
-            Raced::Done(false) => self.ex.handle(closed, Instant::now()),
+        .await;
+        match raced {
+            Raced::Done((written, wire)) => {
+                self.conn.put_write_buf(wire);
+                let event = if written {
+                    Event::RequestWritten
+                } else {
+                    closed
+                };
+                self.ex.handle(event, Instant::now())
+            }
             other => feed(&mut self.ex, other),
         }
     }
@@ -266,6 +278,7 @@ impl Driver<'_> {
             left,
             upstream: Some(up),
             response,
+            ..
         }) = self.live.as_mut()
         else {
             let closed = Event::EngineClosed {
@@ -296,7 +309,8 @@ impl Driver<'_> {
                     cached_tokens: predicted.and_then(|p| p.1),
                 };
                 let close = self.close_client || self.ctx.shutdown.is_triggered();
-                match prepare(req, head, &extras, close) {
+                let out = self.conn.take_write_buf();
+                match prepare(req, head, &extras, close, out) {
                     Ok(r) => {
                         *response = Some(r);
                         Event::Head { status }
@@ -423,6 +437,7 @@ fn route(
         left,
         upstream: None,
         response: None,
+        routed_at: now,
     })
 }
 
@@ -483,11 +498,13 @@ fn prepare(
     up: UpstreamHead,
     extras: &HeadExtras<'_>,
     close_client: bool,
+    out: Vec<u8>,
 ) -> Result<Response, String> {
     let minor = req.head.minor_version;
     let mut relay = Relay::new(up.head.framing, minor);
     let close_after = close_client || relay.closes_client(minor);
     let mut out = client_head(
+        out,
         &up.head,
         extras,
         &relay,
@@ -535,8 +552,11 @@ async fn relay(
         mut reusable,
         close_after,
     } = response;
+    // One clock reading per turn of the loop, taken after each wait: the bookkeeping between
+    // two waits (ttft, pooling, the exchange's events) shares it.
+    let mut now = Instant::now();
     if body_started {
-        live.slot.first_byte();
+        live.slot.first_byte(now);
     }
     // The engine side, held until its body is complete.
     let mut engine = Some((live, up));
@@ -548,13 +568,14 @@ async fn relay(
             if let Some((live, up)) = engine.take() {
                 if reusable {
                     let max_idle = view.snap.settings.pool_max_idle;
-                    live.slot.replica().pool.checkin(up, max_idle);
+                    live.slot.replica().pool.checkin(up, max_idle, now);
                 }
             }
         }
         if !out.is_empty() {
             if !first_byte_recorded {
-                view.recorder.ttft(model, req.started.elapsed());
+                view.recorder
+                    .ttft(model, now.saturating_duration_since(req.started));
                 first_byte_recorded = true;
             }
             // What the socket takes at once goes out without a trip through the ring; only a
@@ -575,6 +596,7 @@ async fn relay(
                     {
                         Raced::Done((res, returned)) => {
                             out = returned;
+                            now = Instant::now();
                             if res.is_ok() {
                                 Event::Delivered
                             } else {
@@ -582,7 +604,9 @@ async fn relay(
                             }
                         }
                         other => {
-                            // The write was cancelled: its bytes are lost, the response ends here.
+                            // The write was cancelled: its bytes (and buffer) are lost, the
+                            // response ends here.
+                            out = Vec::new();
                             feed(ex, other);
                             break;
                         }
@@ -590,13 +614,13 @@ async fn relay(
                 }
             };
             out.clear();
-            ex.handle(event, Instant::now());
+            ex.handle(event, now);
             if !ex.relaying() {
                 break;
             }
         }
         if done {
-            ex.handle(Event::StreamEnded, Instant::now());
+            ex.handle(Event::StreamEnded, now);
             complete = true;
             break;
         }
@@ -608,6 +632,7 @@ async fn relay(
         match race(pin!(read_more(up, buf)), ex.timer(), timer, client, None).await {
             Raced::Done((res, returned)) => {
                 buf = returned;
+                now = Instant::now();
                 match res {
                     Ok(0) | Err(_) => {
                         reusable = false;
@@ -618,18 +643,18 @@ async fn relay(
                             }
                             None => {
                                 let event = Event::EngineClosed { received_any: true };
-                                ex.handle(event, Instant::now());
+                                ex.handle(event, now);
                             }
                         }
                     }
                     Ok(n) => match relay.step(&buf[..n], &mut out) {
                         Ok((finished, used)) => {
-                            live.slot.first_byte();
+                            live.slot.first_byte(now);
                             done = finished;
                             reusable &= used == n;
-                            ex.handle(Event::Received, Instant::now());
+                            ex.handle(Event::Received, now);
                         }
-                        Err(e) => ex.handle(Event::Protocol(e), Instant::now()),
+                        Err(e) => ex.handle(Event::Protocol(e), now),
                     },
                 }
             }
@@ -641,6 +666,7 @@ async fn relay(
         }
     }
     conn.put_spare(buf);
+    conn.put_write_buf(out);
     complete && !close_after
 }
 

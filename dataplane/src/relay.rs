@@ -83,9 +83,10 @@ pub(crate) struct HeadExtras<'a> {
 /// Room for the gateway's own header lines (request id, replica, policy, token counts).
 const OWN_HEADERS_ROOM: usize = 256;
 
-/// The client-facing response head built from the engine's, in a buffer with room for
-/// `body_room` more bytes (the body bytes that go out in the same write).
+/// The client-facing response head built from the engine's, in `out` (emptied first) with room
+/// for `body_room` more bytes (the body bytes that go out in the same write).
 pub(crate) fn client_head(
+    mut out: Vec<u8>,
     up: &ResponseHead,
     extras: &HeadExtras<'_>,
     relay: &Relay,
@@ -94,7 +95,8 @@ pub(crate) fn client_head(
     body_room: usize,
 ) -> Vec<u8> {
     let connection = up.header("connection").unwrap_or(b"");
-    let mut out = Vec::with_capacity(up.bytes.len() + OWN_HEADERS_ROOM + body_room);
+    out.clear();
+    out.reserve(up.bytes.len() + OWN_HEADERS_ROOM + body_room);
     out.extend_from_slice(if minor == 0 {
         b"HTTP/1.0 "
     } else {

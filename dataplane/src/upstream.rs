@@ -17,13 +17,14 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// gateway sends the whole body at once), then `x-request-id` and the body's length. The body
 /// itself is written from the request's shared buffer, never copied.
 fn upstream_request(
+    mut out: Vec<u8>,
     head: &RequestHead,
     request_id: &str,
     authority: &str,
     body_len: usize,
 ) -> Vec<u8> {
-    let room = head.bytes.len() + authority.len() + request_id.len() + 96;
-    let mut out = Vec::with_capacity(room);
+    out.clear();
+    out.reserve(head.bytes.len() + authority.len() + request_id.len() + 96);
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(head.target());
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -48,17 +49,19 @@ fn upstream_request(
     out
 }
 
-/// Gets a connection to replica `replica`: a pooled one if `pooled` allows and one is idle, else
-/// a new one. Returns the stream and whether it came from the pool.
+/// Gets a connection to replica `replica`: a pooled one (idle for less than the pool's timeout
+/// at `now`) if `pooled` allows and one is idle, else a new one. Returns the stream and whether
+/// it came from the pool.
 pub(crate) async fn connect(
     view: &CoreView,
     replica: usize,
     pooled: bool,
+    now: std::time::Instant,
 ) -> std::io::Result<(TcpStream, bool)> {
     let settings = &view.snap.settings;
     if pooled {
         if let Some(state) = view.replicas.get(replica) {
-            if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout) {
+            if let Some(stream) = state.pool.checkout(settings.pool_idle_timeout, now) {
                 return Ok((stream, true));
             }
         }
@@ -75,34 +78,36 @@ pub(crate) async fn connect(
     Ok((stream, false))
 }
 
-/// Writes the whole request: head and body, side by side in one `sendmsg` when the socket takes
-/// them, the body always from the request's shared buffer (never copied, on any attempt). False
-/// when the engine closed.
+/// Writes the whole request, its head built in `wire`: head and body side by side in one
+/// `sendmsg` when the socket takes them, the body always from the request's shared buffer (never
+/// copied, on any attempt). Returns false when the engine closed, and `wire` for the next use.
 pub(crate) async fn send(
     upstream: &mut TcpStream,
+    wire: Vec<u8>,
     head: &RequestHead,
     request_id: &str,
     authority: &str,
     body: &bytes::Bytes,
-) -> bool {
-    let mut wire = upstream_request(head, request_id, authority, body.len());
+) -> (bool, Vec<u8>) {
+    let mut wire = upstream_request(wire, head, request_id, authority, body.len());
     // What the socket takes at once goes out in one sendmsg, head and body side by side; only a
     // remainder waits for the socket through the ring, the body still from its shared buffer.
     let body_sent = match send_now_pair(upstream, &wire, body) {
-        SentNow::All => return true,
-        SentNow::Failed => return false,
+        SentNow::All => return (true, wire),
+        SentNow::Failed => return (false, wire),
         SentNow::Part(n) if n < wire.len() => {
             wire.drain(..n);
-            let (res, _) = upstream.write_all(wire).await;
+            let (res, returned) = upstream.write_all(wire).await;
+            wire = returned;
             if res.is_err() {
-                return false;
+                return (false, wire);
             }
             0
         }
         SentNow::Part(n) => n - wire.len(),
     };
     let (res, _) = upstream.write_all(body.slice(body_sent..)).await;
-    res.is_ok()
+    (res.is_ok(), wire)
 }
 
 /// Why no response head could be read.

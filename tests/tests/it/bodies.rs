@@ -102,3 +102,52 @@ fn pipelined_requests_are_answered_in_order() {
         assert_eq!(r.header("x-request-id"), Some(format!("pipe-{i}").as_str()));
     }
 }
+
+#[test]
+fn one_connection_reuses_its_buffers_without_mixing_requests() {
+    // A connection keeps its body and write buffers between requests: bodies of every size
+    // (one larger than what a connection keeps, one chunked) still arrive each exactly, and each
+    // answer carries its own request id.
+    let e = engines(1, EngineBehavior::Instant);
+    let gw = TestGateway::start(&config_yaml(&e, "round_robin", "", ""));
+    let mut c = connect(gw.addr);
+    let sizes = [90_000usize, 10, 4_000, 0, 70_000, 300];
+    let mut sent = Vec::new();
+    for (i, pad) in sizes.iter().enumerate() {
+        let body = format!(
+            "{{\"model\":\"{MODEL}\",\"messages\":[{{\"role\":\"user\",\"content\":\"{i}\"}}],\"pad\":\"{}\"}}",
+            "y".repeat(*pad)
+        )
+        .into_bytes();
+        let mut wire = Vec::new();
+        if i == 2 {
+            wire.extend_from_slice(
+                format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: reuse-{i}\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n", body.len()).as_bytes(),
+            );
+            wire.extend_from_slice(&body);
+            wire.extend_from_slice(b"\r\n0\r\n\r\n");
+        } else {
+            wire.extend_from_slice(
+                format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: reuse-{i}\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes(),
+            );
+            wire.extend_from_slice(&body);
+        }
+        c.stream().write_all(&wire).unwrap();
+        let r = c.read_response("POST").unwrap();
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        assert_eq!(
+            r.header("x-request-id"),
+            Some(format!("reuse-{i}").as_str())
+        );
+        sent.push(body);
+    }
+    let got = e[0].received();
+    assert_eq!(got.len(), sizes.len());
+    for (i, body) in sent.iter().enumerate() {
+        assert_eq!(&got[i].body, body, "request {i}'s body");
+        assert_eq!(
+            got[i].header("x-request-id"),
+            Some(format!("reuse-{i}").as_str())
+        );
+    }
+}
