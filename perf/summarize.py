@@ -93,6 +93,19 @@ def switches_per_request(run):
     return run["context_switches"] / handled
 
 
+def cpu_by_thread(runs):
+    """{thread name: median on-CPU µs per request} over runs that listed their threads."""
+    per_name = {}
+    for run in runs:
+        report = run["report"]
+        handled = report["completed"] + report["warmup"]["completed"]
+        if handled == 0:
+            continue
+        for name, ns in run.get("cpu_ns_by_thread", {}).items():
+            per_name.setdefault(name, []).append(ns / 1e3 / handled)
+    return {name: median(values) for name, values in sorted(per_name.items())}
+
+
 def cpu_source(runs):
     """How the CPU figures of these runs were measured, for the report's header."""
     runs = list(runs)
@@ -158,6 +171,7 @@ def summarise_rate(runs, rate):
             "added_us": added,
             "cpu_us_per_request": median(cpu_us_per_request(p) for _, p in pairs),
             "cpu_ticks_us_per_request": median(cpu_ticks_us_per_request(p) for _, p in pairs),
+            "cpu_us_by_thread": cpu_by_thread(p for _, p in pairs),
         }
     result["gateway_over"] = {
         other: ratios(result["gateway"], result[other]) for other in PROXIES if other != "gateway"
@@ -265,6 +279,18 @@ def markdown(meta, results):
                 f"{fmt(p['cpu_us_per_request'], 1)} | {' | '.join(cells)} | "
                 f"{fmt(p.get('cpu_ticks_us_per_request'), 1)} |"
             )
+        split = [
+            (proxy, r[proxy]["cpu_us_by_thread"])
+            for proxy in PROXIES
+            if r[proxy] is not None and len(r[proxy].get("cpu_us_by_thread") or {}) > 1
+        ]
+        if split:
+            lines.append("")
+            for proxy, threads in split:
+                lines.append(
+                    f"CPU µs/req of {proxy} by thread (median over repetitions): "
+                    + ", ".join(f"{name} {fmt(us, 1)}" for name, us in threads.items())
+                )
         like = [(k, v) for k, v in r["like_for_like"].items() if v]
         if like:
             lines.append("")
