@@ -254,17 +254,24 @@ async fn until_stopped<F: Future>(stop: &StopSignal, fut: F) -> Option<F::Output
 }
 
 /// A one-shot, single-thread stop notification shared by a worker's tasks.
+///
+/// Each waiting [`Stopped`] owns one slot for its waker, refreshed when it is polled again and
+/// emptied when it is dropped, so the registrations are exactly the waits in progress. (Telling
+/// a task's waker from a new one with `Waker::will_wake` does not work here: in release builds
+/// monoio's wakers of one task compare unequal, and a list deduplicated that way grew by one or
+/// two entries per wait for as long as the gateway ran.)
 #[derive(Default)]
 struct StopSignal {
     stopped: Cell<bool>,
-    wakers: RefCell<Vec<Waker>>,
+    /// The waker of each wait in progress, by slot; `None` marks a free slot.
+    wakers: RefCell<Vec<Option<Waker>>>,
 }
 
 impl StopSignal {
     fn trigger(&self) {
         self.stopped.set(true);
         let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
-        for waker in wakers {
+        for waker in wakers.into_iter().flatten() {
             waker.wake();
         }
     }
@@ -274,28 +281,59 @@ impl StopSignal {
     }
 
     fn wait(&self) -> Stopped<'_> {
-        Stopped { signal: self }
+        Stopped {
+            signal: self,
+            slot: None,
+        }
+    }
+
+    /// Wakers registered now (for tests).
+    #[cfg(test)]
+    fn registered(&self) -> usize {
+        self.wakers.borrow().iter().flatten().count()
     }
 }
 
 /// Resolves once the signal has fired.
 struct Stopped<'a> {
     signal: &'a StopSignal,
+    /// This wait's slot in the signal's wakers, once registered.
+    slot: Option<usize>,
 }
 
 impl Future for Stopped<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.signal.is_stopped() {
+        let this = self.get_mut();
+        if this.signal.is_stopped() {
             return Poll::Ready(());
         }
-        let mut wakers = self.signal.wakers.borrow_mut();
-        // One entry per task: each task re-registers on every poll.
-        if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            wakers.push(cx.waker().clone());
+        let mut wakers = this.signal.wakers.borrow_mut();
+        match this.slot.and_then(|i| wakers.get_mut(i)) {
+            Some(Some(waker)) => waker.clone_from(cx.waker()),
+            Some(entry) => *entry = Some(cx.waker().clone()),
+            None => {
+                let free = wakers.iter().position(Option::is_none);
+                let i = free.unwrap_or(wakers.len());
+                if i == wakers.len() {
+                    wakers.push(None);
+                }
+                wakers[i] = Some(cx.waker().clone());
+                this.slot = Some(i);
+            }
         }
         Poll::Pending
+    }
+}
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            if let Some(entry) = self.signal.wakers.borrow_mut().get_mut(i) {
+                *entry = None;
+            }
+        }
     }
 }
 
@@ -308,6 +346,75 @@ mod tests {
     use std::io::Write;
 
     const INTERVAL: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn a_wait_keeps_one_waker_whatever_wakers_poll_it_and_none_once_dropped() {
+        // Wakers that never compare equal (`will_wake` false), as monoio's do in release builds.
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let stop = StopSignal::default();
+        let flags: Vec<_> = (0..50)
+            .map(|_| std::sync::Arc::new(Flag(false.into())))
+            .collect();
+        let mut wait = stop.wait();
+        for flag in &flags {
+            let waker = Waker::from(flag.clone());
+            let mut cx = Context::from_waker(&waker);
+            assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        }
+        assert_eq!(stop.registered(), 1);
+        for _ in 0..50 {
+            let waker = Waker::from(flags[0].clone());
+            let mut other = stop.wait();
+            assert!(Pin::new(&mut other)
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending());
+        }
+        assert_eq!(stop.registered(), 1, "dropped waits leave nothing behind");
+        stop.trigger();
+        let woken: Vec<bool> = flags
+            .iter()
+            .map(|f| f.0.load(std::sync::atomic::Ordering::SeqCst))
+            .collect();
+        assert!(woken[49], "the waker of the last poll is woken");
+        assert!(woken[..49].iter().all(|w| !w), "older wakers were replaced");
+        drop(wait);
+        assert_eq!(stop.registered(), 0);
+    }
+
+    #[test]
+    fn waiting_on_the_stop_signal_many_times_keeps_no_stale_wakers() {
+        // A worker waits on the signal once per tick, for as long as it runs: what it leaves
+        // registered must not grow with the number of waits (it grew by one per wait, so a
+        // gateway's control thread scanned ever longer lists and held ever more wakers).
+        let stop = StopSignal::default();
+        run(async {
+            for _ in 0..200 {
+                let out =
+                    until_stopped(&stop, monoio::time::sleep(Duration::from_micros(50))).await;
+                assert!(out.is_some());
+            }
+        });
+        assert!(
+            stop.registered() <= 1,
+            "{} wakers left registered after 200 waits",
+            stop.registered()
+        );
+        // And a wait in progress is still woken by the trigger.
+        let woke = run(async {
+            let waiting = until_stopped(&stop, std::future::pending::<()>());
+            let trigger = async {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+                stop.trigger();
+            };
+            monoio::join!(waiting, trigger).0
+        });
+        assert_eq!(woke, None);
+    }
 
     /// Answers `/metrics` with the busy vLLM page and `/health` with 200.
     fn healthy_engine() -> TestEngine {
