@@ -119,6 +119,53 @@ fn write_round(clients: &[TcpStream], payload: &[u8]) {
     }
 }
 
+/// Runs `rounds` rounds on `ring` (its receives armed): a message written on every connection,
+/// then completions reaped until all of them arrived, each handed to `on_completion` (with the
+/// ring, to re-arm) which returns the bytes it received. Returns the thread's CPU ns meanwhile.
+fn drive(
+    ring: &mut IoUring,
+    clients: &[TcpStream],
+    payload: &[u8],
+    rounds: usize,
+    mut on_completion: impl FnMut(&mut IoUring, usize, i32, u32) -> usize,
+    mut after_batch: impl FnMut(),
+) -> u64 {
+    let start = thread_cpu_ns();
+    for _ in 0..rounds {
+        write_round(clients, payload);
+        let mut left = clients.len() * payload.len();
+        while left > 0 {
+            ring.submit_and_wait(1).expect("wait");
+            let done: Vec<(usize, i32, u32)> = ring
+                .completion()
+                .map(|c| (c.user_data() as usize, c.result(), c.flags()))
+                .collect();
+            for (i, n, flags) in done {
+                left -= on_completion(ring, i, n, flags);
+            }
+            after_batch();
+        }
+    }
+    thread_cpu_ns() - start
+}
+
+/// Arms a receive on each of `pairs` connections and submits them.
+fn arm_all(ring: &mut IoUring, pairs: usize, arm: &mut impl FnMut(&mut IoUring, usize)) {
+    for i in 0..pairs {
+        arm(ring, i);
+    }
+    ring.submit().expect("submit");
+}
+
+/// A run's figures: `sqes` counts every submission, the initial arming included.
+fn sample(cpu_ns: u64, sqes: u64, pairs: usize, rounds: usize) -> Sample {
+    let messages = (rounds * pairs) as f64;
+    Sample {
+        cpu_ns_per_message: cpu_ns as f64 / messages,
+        sqes_per_message: (sqes as f64 - pairs as f64) / messages,
+    }
+}
+
 /// monoio's way: one single-shot receive per read into the connection's own buffer, re-armed
 /// after each completion (submitted with the next wait).
 fn run_single_shot(
@@ -130,54 +177,33 @@ fn run_single_shot(
     let mut ring = IoUring::new(256).expect("io_uring");
     let mut bufs: Vec<Vec<u8>> = servers.iter().map(|_| vec![0u8; payload.len()]).collect();
     let mut sqes = 0u64;
-    let recv = |bufs: &mut [Vec<u8>], i: usize| {
+    let mut arm = |ring: &mut IoUring, i: usize| {
         let b = &mut bufs[i];
-        opcode::Recv::new(
+        let e = opcode::Recv::new(
             types::Fd(servers[i].as_raw_fd()),
             b.as_mut_ptr(),
             b.len() as u32,
         )
         .build()
-        .user_data(i as u64)
-    };
-    for i in 0..servers.len() {
-        let e = recv(&mut bufs, i);
+        .user_data(i as u64);
         // SAFETY: `bufs[i]` is neither dropped nor touched until this receive completes (its
-        // completion is reaped below before the next receive into it is pushed).
+        // completion is reaped before the next receive into it is pushed), and the buffers are
+        // leaked, never freed, after the ring is gone.
         unsafe { ring.submission().push(&e).expect("sq room") };
         sqes += 1;
-    }
-    ring.submit().expect("submit");
-    let start = thread_cpu_ns();
-    for _ in 0..rounds {
-        write_round(clients, payload);
-        let mut left = servers.len() * payload.len();
-        while left > 0 {
-            ring.submit_and_wait(1).expect("wait");
-            let done: Vec<(usize, i32)> = ring
-                .completion()
-                .map(|c| (c.user_data() as usize, c.result()))
-                .collect();
-            for (i, n) in done {
-                assert!(n > 0, "recv failed: {n}");
-                left -= n as usize;
-                let e = recv(&mut bufs, i);
-                // SAFETY: as above; the receive into `bufs[i]` just completed.
-                unsafe { ring.submission().push(&e).expect("sq room") };
-                sqes += 1;
-            }
-        }
-    }
-    let cpu = thread_cpu_ns() - start;
+    };
+    arm_all(&mut ring, servers.len(), &mut arm);
+    let on_completion = |ring: &mut IoUring, i: usize, n: i32, _flags: u32| {
+        assert!(n > 0, "recv failed: {n}");
+        arm(ring, i);
+        n as usize
+    };
+    let cpu = drive(&mut ring, clients, payload, rounds, on_completion, || {});
     // The receives still armed are cancelled when the ring goes, asynchronously: the buffers
     // are leaked so that none can be written after it is freed.
     drop(ring);
     std::mem::forget(bufs);
-    let messages = (rounds * servers.len()) as f64;
-    Sample {
-        cpu_ns_per_message: cpu as f64 / messages,
-        sqes_per_message: (sqes as f64 - servers.len() as f64) / messages,
-    }
+    sample(cpu, sqes, servers.len(), rounds)
 }
 
 /// A page-aligned ring of provided buffers, registered with one io_uring.
@@ -246,55 +272,35 @@ fn run_multishot(
     rounds: usize,
 ) -> Sample {
     let mut ring = IoUring::new(256).expect("io_uring");
-    let mut bufs = BufRing::new(&ring);
+    let bufs = std::cell::RefCell::new(BufRing::new(&ring));
     let mut sqes = 0u64;
-    let arm = |i: usize| {
-        opcode::RecvMulti::new(types::Fd(servers[i].as_raw_fd()), GROUP)
+    let mut arm = |ring: &mut IoUring, i: usize| {
+        let e = opcode::RecvMulti::new(types::Fd(servers[i].as_raw_fd()), GROUP)
             .build()
-            .user_data(i as u64)
-    };
-    for i in 0..servers.len() {
-        // SAFETY: the receive takes buffers only from the registered ring (alive until after
-        // the io_uring is dropped).
-        unsafe { ring.submission().push(&arm(i)).expect("sq room") };
+            .user_data(i as u64);
+        // SAFETY: the receive takes buffers only from the registered ring, which is leaked,
+        // never freed, after the ring is gone.
+        unsafe { ring.submission().push(&e).expect("sq room") };
         sqes += 1;
-    }
-    ring.submit().expect("submit");
-    let start = thread_cpu_ns();
-    for _ in 0..rounds {
-        write_round(clients, payload);
-        let mut left = servers.len() * payload.len();
-        while left > 0 {
-            ring.submit_and_wait(1).expect("wait");
-            let done: Vec<(usize, i32, u32)> = ring
-                .completion()
-                .map(|c| (c.user_data() as usize, c.result(), c.flags()))
-                .collect();
-            for (i, n, flags) in done {
-                if let Some(bid) = cqueue::buffer_select(flags) {
-                    bufs.give(bid);
-                }
-                if n > 0 {
-                    left -= n as usize;
-                } else {
-                    assert_eq!(n, -libc::ENOBUFS, "recv failed: {n}");
-                }
-                if !cqueue::more(flags) {
-                    // SAFETY: as above.
-                    unsafe { ring.submission().push(&arm(i)).expect("sq room") };
-                    sqes += 1;
-                }
-            }
-            bufs.publish();
+    };
+    arm_all(&mut ring, servers.len(), &mut arm);
+    let on_completion = |ring: &mut IoUring, i: usize, n: i32, flags: u32| {
+        if let Some(bid) = cqueue::buffer_select(flags) {
+            bufs.borrow_mut().give(bid);
         }
-    }
-    let cpu = thread_cpu_ns() - start;
+        if n <= 0 {
+            assert_eq!(n, -libc::ENOBUFS, "recv failed: {n}");
+        }
+        if !cqueue::more(flags) {
+            arm(ring, i);
+        }
+        n.max(0) as usize
+    };
+    let cpu = drive(&mut ring, clients, payload, rounds, on_completion, || {
+        bufs.borrow().publish()
+    });
     // As in the single-shot run: the ring and its buffers are leaked, not freed under the kernel.
     drop(ring);
     std::mem::forget(bufs);
-    let messages = (rounds * servers.len()) as f64;
-    Sample {
-        cpu_ns_per_message: cpu as f64 / messages,
-        sqes_per_message: (sqes as f64 - servers.len() as f64) / messages,
-    }
+    sample(cpu, sqes, servers.len(), rounds)
 }

@@ -125,7 +125,22 @@ fn metrics_count_requests_decisions_and_in_flight() {
     let e = engines(2, EngineBehavior::Instant);
     let gw = TestGateway::start(&config_yaml(&e, "p2c", "", ""));
     replica_counts(gw.addr, 10, &chat(MODEL, false));
-    let text = gw.metrics();
+    // A request is counted once its exchange finished, which can be just after the client read
+    // the last byte: wait (bounded) until the tenth is in.
+    let settled = |text: &str| {
+        metric(
+            text,
+            "inferrail_request_duration_seconds_count{model=\"sim-llama\"}",
+        ) == Some(10.0)
+    };
+    let mut text = gw.metrics();
+    for _ in 0..100 {
+        if settled(&text) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        text = gw.metrics();
+    }
     let ok0 = metric(
         &text,
         "inferrail_requests_total{model=\"sim-llama\",replica=\"engine-0\",outcome=\"success\"}",
