@@ -123,7 +123,7 @@ impl Future for LeftRotation {
         if self
             .registered
             .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
+            .is_some_and(|w| same_task(w, cx.waker()))
         {
             return Poll::Pending;
         }
@@ -139,8 +139,18 @@ impl Future for LeftRotation {
 
 impl Drop for LeftRotation {
     fn drop(&mut self) {
-        self.replica.down_waiters.borrow_mut().remove(&self.id);
+        // Never registered (its step finished on the first poll): nothing to remove.
+        if self.registered.is_some() {
+            self.replica.down_waiters.borrow_mut().remove(&self.id);
+        }
     }
+}
+
+/// Whether two wakers wake the same task. `Waker::will_wake` is false between monoio's borrowed
+/// and owned wakers of one task (their vtables differ, in release builds), so the task's address
+/// (the waker's data) decides too.
+fn same_task(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || a.data() == b.data()
 }
 
 /// Holds one request's slot on a replica: its admission in the replica's one ledger (in flight,
