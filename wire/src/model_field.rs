@@ -35,12 +35,58 @@ pub enum ModelFieldError {
 }
 
 /// Length of the leading run of bytes that need no attention inside a JSON string: anything but
-/// a quote, a backslash or a control byte (< 0x20). The quote or backslash that ends the run is
-/// found with `memchr2` (vectorised); the run is then checked for control bytes with a minimum
-/// over its bytes, a reduction the compiler vectorises too, and only a run that has one is
-/// searched byte by byte. Message contents are most of a body's bytes, so this is the scan that
-/// costs.
+/// a quote, a backslash or a control byte (< 0x20). The first [`PRELUDE_BYTES`] are checked a
+/// word at a time; past them the quote or backslash that ends the run is found with `memchr2`
+/// (vectorised) and the run checked for control bytes ([`long_plain_run`]). Message contents are
+/// most of a body's bytes, so this is the scan that costs.
 fn plain_run(bytes: &[u8]) -> usize {
+    // Most strings of a request body are short (keys, roles, names): the first bytes are looked
+    // at eight at a time in a register, which costs less than setting up the vectorised search.
+    let mut start = 0;
+    while start < PRELUDE_BYTES && start + 8 <= bytes.len() {
+        let hits = special_bytes(word_at(bytes, start));
+        if hits != 0 {
+            return start + (hits.trailing_zeros() / 8) as usize;
+        }
+        start += 8;
+    }
+    if start + 8 > bytes.len() {
+        let tail = &bytes[start..];
+        return start
+            + tail
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(tail.len());
+    }
+    start + long_plain_run(&bytes[start..])
+}
+
+/// Bytes [`plain_run`] examines a word at a time before it hands a long string to `memchr2`.
+const PRELUDE_BYTES: usize = 32;
+
+/// The eight bytes at `at` (which has eight bytes after it) as a little-endian word.
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// The high bit of each byte of `w` that is a quote, a backslash or a control byte (< 0x20),
+/// exact at the lowest one: the borrows of the subtractions can only mark bytes above a byte
+/// that is marked rightly, so `trailing_zeros / 8` is the first such byte.
+fn special_bytes(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v;
+    let quote = zero_byte(w ^ (u64::from(b'"') * ONES));
+    let backslash = zero_byte(w ^ (u64::from(b'\\') * ONES));
+    let control = w.wrapping_sub(0x20 * ONES) & !w;
+    (quote | backslash | control) & HIGH
+}
+
+/// [`plain_run`] for the rest of a long string: `memchr2` to the quote or backslash, then the
+/// run is checked for control bytes with a minimum over it (vectorised by the compiler).
+fn long_plain_run(bytes: &[u8]) -> usize {
     let end = memchr::memchr2(b'"', b'\\', bytes).unwrap_or(bytes.len());
     let run = &bytes[..end];
     if run.iter().fold(u8::MAX, |low, &b| low.min(b)) >= 0x20 {
@@ -137,6 +183,28 @@ impl<'a> Scanner<'a> {
                 _ => self.pos += 1,
             }
         }
+    }
+
+    /// Reads a member key at `pos` as bytes. A key without escapes is the body's own bytes,
+    /// checked as UTF-8 only when it is not ASCII (a cheap test, where the UTF-8 check of a short
+    /// key costs more than the rest of reading it); an escaped key is decoded as a string.
+    fn key(&mut self) -> Result<Cow<'a, [u8]>, ModelFieldError> {
+        let start = self.pos;
+        self.expect(b'"')?;
+        let run_end = self.pos + plain_run(self.buf.get(self.pos..).unwrap_or_default());
+        if self.buf.get(run_end) == Some(&b'"') {
+            let raw = &self.buf[self.pos..run_end];
+            if !raw.is_ascii() {
+                self.utf8(self.pos, run_end)?;
+            }
+            self.pos = run_end + 1;
+            return Ok(Cow::Borrowed(raw));
+        }
+        self.pos = start;
+        Ok(match self.string(true)? {
+            Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+            Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+        })
     }
 
     fn utf8(&self, start: usize, end: usize) -> Result<&'a str, ModelFieldError> {
@@ -248,12 +316,12 @@ pub(crate) fn find_string_member(body: &[u8], key: &str) -> Result<ModelField, M
     } else {
         loop {
             s.skip_ws();
-            let key = s.string(true)?;
+            let key = s.key()?;
             s.skip_ws();
             s.expect(b':')?;
             s.skip_ws();
             members += 1;
-            if key == wanted {
+            if *key == *wanted.as_bytes() {
                 if s.peek() == Some(b'"') {
                     let start = s.pos;
                     let name = s.string(true)?.into_owned();
@@ -369,6 +437,27 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The same for long runs: a plain stretch (past the word-at-a-time prelude), then
+        /// anything.
+        #[test]
+        fn plain_run_matches_a_byte_loop_past_the_prelude(
+            plain in proptest::collection::vec(
+                proptest::prop_oneof![0x20u8..=0x21, 0x23u8..0x5c, 0x5du8..=0xff],
+                0..200,
+            ),
+            rest in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            let mut bytes = plain;
+            bytes.extend_from_slice(&rest);
+            let naive = bytes
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(bytes.len());
+            proptest::prop_assert_eq!(plain_run(&bytes), naive);
+        }
+    }
+
     #[test]
     fn plain_run_stops_at_each_special_byte_in_every_lane() {
         for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
@@ -452,6 +541,28 @@ mod tests {
             ModelField::Present { name, .. } => assert_eq!(name, "b\u{e9}\u{1F600}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn keys_are_checked_as_utf8_whatever_their_bytes() {
+        // A non-ASCII key is fine and is not `model`; one that is not UTF-8 makes the body not
+        // JSON, escaped or not.
+        let ok = "{\"mod\u{e9}l\":\"x\",\"model\":\"m\"}".as_bytes();
+        assert!(matches!(find_model(ok), Ok(ModelField::Present { name, .. }) if name == "m"));
+        let mut bad = b"{\"mo".to_vec();
+        bad.push(0xff);
+        bad.extend_from_slice(b"del\":\"x\",\"model\":\"m\"}");
+        assert!(matches!(
+            find_model(&bad),
+            Err(ModelFieldError::NotJsonObject(_))
+        ));
+        let mut bad_escaped = br#"{"m\u006f"#.to_vec();
+        bad_escaped.push(0xfe);
+        bad_escaped.extend_from_slice(br#"":1,"model":"m"}"#);
+        assert!(matches!(
+            find_model(&bad_escaped),
+            Err(ModelFieldError::NotJsonObject(_))
+        ));
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {
