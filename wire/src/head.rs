@@ -100,16 +100,32 @@ struct HeaderFacts {
     expect_continue: bool,
 }
 
+/// A `content-length` value: decimal digits, optionally surrounded by whitespace (read from the
+/// bytes directly: no UTF-8 check or `str::parse` for the commonest header of a proxied request).
+fn content_length(value: &[u8]) -> Result<u64, HeadError> {
+    let digits = value.trim_ascii();
+    if !value.is_ascii() {
+        return Err(HeadError::Framing("content-length is not ASCII"));
+    }
+    if digits.is_empty() {
+        return Err(HeadError::Framing("content-length is not a number"));
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = match b {
+            b'0'..=b'9' => u64::from(b - b'0'),
+            _ => return Err(HeadError::Framing("content-length is not a number")),
+        };
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(digit))
+            .ok_or(HeadError::Framing("content-length is not a number"))
+    })
+}
+
 fn collect_facts(raw: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError> {
     let mut facts = HeaderFacts::default();
     for h in raw {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let text = std::str::from_utf8(h.value)
-                .map_err(|_| HeadError::Framing("content-length is not ASCII"))?;
-            let value: u64 = text
-                .trim()
-                .parse()
-                .map_err(|_| HeadError::Framing("content-length is not a number"))?;
+            let value = content_length(h.value)?;
             if facts.content_length.is_some_and(|v| v != value) {
                 return Err(HeadError::Framing("conflicting content-length headers"));
             }
@@ -389,6 +405,27 @@ mod tests {
         );
         let raw = b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n";
         assert!(RequestHead::parse(raw).is_err());
+    }
+
+    #[test]
+    fn content_length_is_digits_only() {
+        let length = |value: &str| {
+            let raw = format!("POST / HTTP/1.1\r\nContent-Length:{value}\r\n\r\n");
+            RequestHead::parse(raw.as_bytes()).map(|h| h.map(|(h, _)| h.framing))
+        };
+        assert_eq!(length(" 12 "), Ok(Some(BodyFraming::Length(12))));
+        assert_eq!(length("0"), Ok(Some(BodyFraming::Length(0))));
+        assert_eq!(
+            length(" 18446744073709551615"),
+            Ok(Some(BodyFraming::Length(u64::MAX)))
+        );
+        // RFC 9110: 1*DIGIT. A sign, inner spaces, an overflow or nothing at all is refused.
+        for bad in [" +5", " 1 2", " 18446744073709551616", " ", " 0x10", " 5;"] {
+            assert!(
+                matches!(length(bad), Err(HeadError::Framing(_))),
+                "content-length {bad:?}"
+            );
+        }
     }
 
     #[test]
