@@ -1,7 +1,7 @@
 //! A client connection's reading side: the bytes read but not used yet, request heads within the
 //! header timeout, bodies bounded in size and time, and whole writes back.
 
-use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, RequestHead};
+use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, HeadBufs, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::timeout_at;
@@ -26,6 +26,10 @@ pub struct ClientConn {
     write_buf: Vec<u8>,
     /// The buffer the next request body is read into, given back once the request is done.
     body_buf: Vec<u8>,
+    /// The buffers of the next request head and of the next engine response head, given back
+    /// once the request is done.
+    request_head_bufs: HeadBufs,
+    response_head_bufs: HeadBufs,
 }
 
 /// Largest buffer a connection keeps for its next request; a bigger one is freed.
@@ -83,6 +87,8 @@ impl ClientConn {
             spare: Vec::new(),
             write_buf: Vec::new(),
             body_buf: Vec::new(),
+            request_head_bufs: HeadBufs::default(),
+            response_head_bufs: HeadBufs::default(),
         }
     }
 
@@ -129,7 +135,7 @@ impl ClientConn {
             let parsed = if self.buffered().is_empty() {
                 Ok(None)
             } else {
-                RequestHead::parse(self.buffered())
+                RequestHead::parse_into(&self.buf[self.pos..], &mut self.request_head_bufs)
             };
             match parsed {
                 Ok(Some((head, used))) => {
@@ -236,6 +242,21 @@ impl ClientConn {
     /// Keeps `buf` as the buffer for outgoing bytes unless it grew large.
     pub(crate) fn put_write_buf(&mut self, buf: Vec<u8>) {
         keep(&mut self.write_buf, buf);
+    }
+
+    /// Takes back a finished request's head buffers for the next request's.
+    pub(crate) fn put_request_head(&mut self, head: RequestHead) {
+        self.request_head_bufs = head.into_bufs();
+    }
+
+    /// The buffers for the next engine response head (empty, possibly with capacity).
+    pub(crate) fn take_response_head_bufs(&mut self) -> HeadBufs {
+        std::mem::take(&mut self.response_head_bufs)
+    }
+
+    /// Keeps a relayed response head's buffers for the next one.
+    pub(crate) fn put_response_head_bufs(&mut self, bufs: HeadBufs) {
+        self.response_head_bufs = bufs;
     }
 
     /// Takes back a finished request's body buffer for the next body, when nothing else holds

@@ -55,6 +55,8 @@ struct Response {
     reusable: bool,
     /// The client connection closes after this response.
     close_after: bool,
+    /// The engine head's buffers, for the connection's next response head.
+    head_bufs: inferrail_wire::HeadBufs,
 }
 
 /// Proxies `req`, all on `view` (one snapshot, its policies and recorder). Returns whether the
@@ -97,6 +99,7 @@ pub async fn forward(
     };
     let keep = driver.run().await;
     conn.put_body(req.body);
+    conn.put_request_head(req.head);
     keep
 }
 
@@ -272,6 +275,7 @@ impl Driver<'_> {
     /// Reads the response head and prepares the client bytes for a commit.
     async fn read_head(&mut self) {
         let spare = self.conn.take_spare();
+        let head_bufs = self.conn.take_response_head_bufs();
         let Some(Live {
             replica,
             slot,
@@ -288,7 +292,7 @@ impl Driver<'_> {
         };
         let client = Some((&mut self.watch, &self.conn.stream));
         let raced = race(
-            pin!(upstream::read_head(up, spare)),
+            pin!(upstream::read_head(up, spare, head_bufs)),
             self.ex.timer(),
             &mut self.timer,
             client,
@@ -522,6 +526,7 @@ fn prepare(
         reusable: !up.head.close && up.head_len + used == up.buf.len(),
         close_after,
         buf: up.buf,
+        head_bufs: up.head.into_bufs(),
     })
 }
 
@@ -551,7 +556,9 @@ async fn relay(
         body_started,
         mut reusable,
         close_after,
+        head_bufs,
     } = response;
+    conn.put_response_head_bufs(head_bufs);
     // One clock reading per turn of the loop, taken after each wait: the bookkeeping between
     // two waits (ttft, pooling, the exchange's events) shares it.
     let mut now = Instant::now();

@@ -5,7 +5,7 @@ use crate::client_conn::read_more;
 use crate::core_state::CoreView;
 use crate::sockets::{send_now_pair, SentNow};
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
-use inferrail_wire::{push_decimal, push_header, Method, RequestHead, ResponseHead};
+use inferrail_wire::{push_decimal, push_header, HeadBufs, Method, RequestHead, ResponseHead};
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
@@ -131,10 +131,11 @@ pub(crate) struct UpstreamHead {
     pub(crate) head_len: usize,
 }
 
-/// Reads the engine's response head (skipping 1xx interim heads).
+/// Reads the engine's response head (skipping 1xx interim heads) into `head_bufs`' buffers.
 pub(crate) async fn read_head(
     upstream: &mut TcpStream,
     mut buf: Vec<u8>,
+    mut head_bufs: HeadBufs,
 ) -> Result<UpstreamHead, HeadError> {
     buf.clear();
     let mut received_any = false;
@@ -146,8 +147,9 @@ pub(crate) async fn read_head(
             Ok(_) => received_any = true,
         }
         loop {
-            match ResponseHead::parse(&buf, Method::Post) {
+            match ResponseHead::parse_into(&buf, Method::Post, &mut head_bufs) {
                 Ok(Some((head, len))) if head.status < 200 => {
+                    head_bufs = head.into_bufs();
                     buf.drain(..len);
                 }
                 Ok(Some((head, len))) => {

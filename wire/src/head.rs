@@ -159,10 +159,61 @@ fn collect_facts(raw: &[httparse::Header<'_>]) -> Result<HeaderFacts, HeadError>
     Ok(facts)
 }
 
+/// The two buffers a parsed head keeps (its bytes and its header ranges), taken back from a head
+/// that is done with ([`RequestHead::into_bufs`], [`ResponseHead::into_bufs`]) so the next
+/// head parsed on the same connection allocates neither.
+#[derive(Debug, Default)]
+pub struct HeadBufs {
+    bytes: Vec<u8>,
+    headers: Vec<HeaderRanges>,
+}
+
+/// A header line's name and value as ranges into its head's bytes.
+type HeaderRanges = (Range<usize>, Range<usize>);
+
+impl HeadBufs {
+    /// Fills the buffers with `bytes` and the ranges of `raw`'s headers within them.
+    fn fill(
+        mut self,
+        bytes: &[u8],
+        raw: &[httparse::Header<'_>],
+    ) -> (Vec<u8>, Vec<HeaderRanges>) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(bytes);
+        self.headers.clear();
+        self.headers.extend(
+            raw.iter()
+                .map(|h| (offset(bytes, h.name.as_bytes()), offset(bytes, h.value))),
+        );
+        (self.bytes, self.headers)
+    }
+
+    /// Keeps buffers that did not grow past a head's limit, drops bigger ones.
+    fn kept(self) -> HeadBufs {
+        if self.bytes.capacity() <= KEEP_HEAD_BYTES && self.headers.capacity() <= MAX_HEADERS {
+            self
+        } else {
+            HeadBufs::default()
+        }
+    }
+}
+
+/// Largest head buffer kept for reuse; a longer head's buffer is freed.
+const KEEP_HEAD_BYTES: usize = 8 * 1024;
+
 impl RequestHead {
     /// Parses a request head from the start of `buf`. Returns `Ok(None)` while the head is incomplete,
     /// else the head and how many bytes of `buf` it used.
     pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
+        RequestHead::parse_into(buf, &mut HeadBufs::default())
+    }
+
+    /// [`RequestHead::parse`] into `spare`'s buffers: they are taken (left empty) when a head
+    /// is returned, and left in place otherwise.
+    pub fn parse_into(
+        buf: &[u8],
+        spare: &mut HeadBufs,
+    ) -> Result<Option<(RequestHead, usize)>, HeadError> {
         // Header slots left uninitialised: httparse writes only the ones it fills.
         let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut []);
@@ -184,11 +235,7 @@ impl RequestHead {
         let target = offset(bytes, req.path.unwrap_or("").as_bytes());
         let minor_version = req.version.unwrap_or(1);
         let facts = collect_facts(req.headers)?;
-        let headers = req
-            .headers
-            .iter()
-            .map(|h| (offset(bytes, h.name.as_bytes()), offset(bytes, h.value)))
-            .collect();
+        let (bytes_owned, headers) = std::mem::take(spare).fill(bytes, req.headers);
         let framing = if facts.chunked {
             BodyFraming::Chunked
         } else {
@@ -196,7 +243,7 @@ impl RequestHead {
         };
         let close = facts.close || (minor_version == 0 && !facts.keep_alive);
         let head = RequestHead {
-            bytes: bytes.to_vec(),
+            bytes: bytes_owned,
             method,
             target,
             minor_version,
@@ -206,6 +253,16 @@ impl RequestHead {
             close,
         };
         Ok(Some((head, len)))
+    }
+
+    /// The head's buffers, for the next head parsed on the connection
+    /// ([`RequestHead::parse_into`]).
+    pub fn into_bufs(self) -> HeadBufs {
+        HeadBufs {
+            bytes: self.bytes,
+            headers: self.headers,
+        }
+        .kept()
     }
 
     /// The request target (path and query).
@@ -239,6 +296,16 @@ impl ResponseHead {
     /// Parses a response head to a request made with `method`. Returns `Ok(None)` while incomplete.
     /// Interim 1xx heads are returned like any other; callers skip them.
     pub fn parse(buf: &[u8], method: Method) -> Result<Option<(ResponseHead, usize)>, HeadError> {
+        ResponseHead::parse_into(buf, method, &mut HeadBufs::default())
+    }
+
+    /// [`ResponseHead::parse`] into `spare`'s buffers: they are taken (left empty) when a head
+    /// is returned, and left in place otherwise.
+    pub fn parse_into(
+        buf: &[u8],
+        method: Method,
+        spare: &mut HeadBufs,
+    ) -> Result<Option<(ResponseHead, usize)>, HeadError> {
         let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
         let mut res = httparse::Response::new(&mut []);
         let parsed = httparse::ParserConfig::default()
@@ -253,11 +320,7 @@ impl ResponseHead {
         let status = res.code.unwrap_or(0);
         let minor_version = res.version.unwrap_or(1);
         let facts = collect_facts(res.headers)?;
-        let headers = res
-            .headers
-            .iter()
-            .map(|h| (offset(bytes, h.name.as_bytes()), offset(bytes, h.value)))
-            .collect();
+        let (bytes_owned, headers) = std::mem::take(spare).fill(bytes, res.headers);
         let bodyless = method == Method::Head || status < 200 || status == 204 || status == 304;
         let framing = if bodyless {
             BodyFraming::Length(0)
@@ -272,7 +335,7 @@ impl ResponseHead {
             || (minor_version == 0 && !facts.keep_alive)
             || framing == BodyFraming::UntilClose;
         let head = ResponseHead {
-            bytes: bytes.to_vec(),
+            bytes: bytes_owned,
             status,
             minor_version,
             headers,
@@ -285,6 +348,16 @@ impl ResponseHead {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         header_in(&self.bytes, &self.headers, name)
+    }
+
+    /// The head's buffers, for the next head parsed on the connection
+    /// ([`ResponseHead::parse_into`]).
+    pub fn into_bufs(self) -> HeadBufs {
+        HeadBufs {
+            bytes: self.bytes,
+            headers: self.headers,
+        }
+        .kept()
     }
 
     /// Iterates header lines as (name, value) byte slices.
@@ -405,6 +478,38 @@ mod tests {
         );
         let raw = b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n";
         assert!(RequestHead::parse(raw).is_err());
+    }
+
+    #[test]
+    fn a_head_parsed_into_kept_buffers_equals_a_fresh_parse() {
+        let first = b"POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\nx-long: aaaaaaaaaaaaaaaaaaaa\r\nx-more: b\r\ncontent-length: 3\r\n\r\nabc";
+        let second = b"GET /health HTTP/1.0\r\nconnection: keep-alive\r\n\r\n";
+        let (head, _) = RequestHead::parse(first).unwrap().unwrap();
+        let mut bufs = head.into_bufs();
+        let (reused, used) = RequestHead::parse_into(second, &mut bufs).unwrap().unwrap();
+        let (fresh, fresh_used) = RequestHead::parse(second).unwrap().unwrap();
+        assert_eq!(used, fresh_used);
+        assert_eq!(reused.bytes, fresh.bytes);
+        assert_eq!(reused.headers, fresh.headers);
+        assert_eq!(reused.target(), b"/health");
+        assert_eq!(reused.framing, fresh.framing);
+        assert_eq!(reused.close, fresh.close);
+        // An incomplete head leaves the buffers where they were.
+        let mut bufs = reused.into_bufs();
+        let kept = bufs.bytes.capacity();
+        assert!(RequestHead::parse_into(b"GET / HT", &mut bufs)
+            .unwrap()
+            .is_none());
+        assert_eq!(bufs.bytes.capacity(), kept);
+        let up = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nserver: x\r\n\r\nok";
+        let (r, _) = ResponseHead::parse_into(up, Method::Post, &mut bufs)
+            .unwrap()
+            .unwrap();
+        let (f, _) = ResponseHead::parse(up, Method::Post).unwrap().unwrap();
+        assert_eq!(
+            (r.bytes, r.headers, r.framing),
+            (f.bytes, f.headers, f.framing)
+        );
     }
 
     #[test]

@@ -19,6 +19,6 @@ pub mod response;
 
 pub use chunked::{encode_chunk, ChunkedDecoder, ChunkedError, Progress, LAST_CHUNK};
 pub use error_body::{openai_error, ErrorKind};
-pub use head::{BodyFraming, HeadError, Method, RequestHead, ResponseHead, MAX_HEADERS};
+pub use head::{BodyFraming, HeadBufs, HeadError, Method, RequestHead, ResponseHead, MAX_HEADERS};
 pub use model_field::{find_model, push_json_string, splice_model, ModelField, ModelFieldError};
 pub use response::{full_response, push_decimal, push_header};
