@@ -511,13 +511,14 @@ impl CoreContext {
     pub fn new_request_id(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut ids = self.ids.borrow_mut();
-        let mut id = String::with_capacity(32);
-        for word in [ids.next_u64(), ids.next_u64()] {
-            for shift in (0..16).rev() {
-                id.push(char::from(HEX[((word >> (shift * 4)) & 0xf) as usize]));
+        let mut digits = [0u8; 32];
+        for (half, word) in [ids.next_u64(), ids.next_u64()].into_iter().enumerate() {
+            for (i, digit) in digits[half * 16..half * 16 + 16].iter_mut().enumerate() {
+                *digit = HEX[((word >> ((15 - i) * 4)) & 0xf) as usize];
             }
         }
-        id
+        // Hex digits are ASCII: the check cannot fail.
+        String::from_utf8(digits.to_vec()).unwrap_or_default()
     }
 }
 

@@ -3,7 +3,8 @@
 
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
 use inferrail_wire::{
-    encode_chunk, push_decimal, push_header, BodyFraming, ChunkedDecoder, ResponseHead, LAST_CHUNK,
+    encode_chunk, push_decimal, push_header, push_kept_headers, BodyFraming, ChunkedDecoder,
+    ResponseHead, LAST_CHUNK,
 };
 
 /// How the response body is carried from engine to client.
@@ -106,19 +107,15 @@ pub(crate) fn client_head(
     out.push(b' ');
     out.extend_from_slice(up.reason());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in up.header_lines() {
-        if is_hop_by_hop(name)
+    push_kept_headers(&mut out, &up.bytes, &up.headers, |name| {
+        !(is_hop_by_hop(name)
             || listed_in_connection(connection, name)
             || name.eq_ignore_ascii_case(b"x-request-id")
             || name.eq_ignore_ascii_case(b"x-inferrail-replica")
             || name.eq_ignore_ascii_case(b"x-inferrail-policy")
             || name.eq_ignore_ascii_case(b"x-inferrail-prompt-tokens")
-            || name.eq_ignore_ascii_case(b"x-inferrail-cached-tokens")
-        {
-            continue;
-        }
-        push_header(&mut out, name, value);
-    }
+            || name.eq_ignore_ascii_case(b"x-inferrail-cached-tokens"))
+    });
     if matches!(relay, Relay::Chunked(_) | Relay::Rechunk) {
         push_header(&mut out, b"transfer-encoding", b"chunked");
     }

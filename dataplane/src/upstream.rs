@@ -5,7 +5,9 @@ use crate::client_conn::read_more;
 use crate::core_state::CoreView;
 use crate::sockets::{send_now_pair, SentNow};
 use inferrail_wire::headers::{is_hop_by_hop, listed_in_connection};
-use inferrail_wire::{push_decimal, push_header, HeadBufs, Method, RequestHead, ResponseHead};
+use inferrail_wire::{
+    push_decimal, push_header, push_kept_headers, HeadBufs, Method, RequestHead, ResponseHead,
+};
 use monoio::io::AsyncWriteRentExt;
 use monoio::net::TcpStream;
 
@@ -30,18 +32,14 @@ fn upstream_request(
     out.extend_from_slice(b" HTTP/1.1\r\n");
     push_header(&mut out, b"host", authority.as_bytes());
     let connection = head.header("connection").unwrap_or(b"");
-    for (name, value) in head.header_lines() {
-        if is_hop_by_hop(name)
+    push_kept_headers(&mut out, &head.bytes, &head.headers, |name| {
+        !(is_hop_by_hop(name)
             || listed_in_connection(connection, name)
             || name.eq_ignore_ascii_case(b"host")
             || name.eq_ignore_ascii_case(b"content-length")
             || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"x-request-id")
-        {
-            continue;
-        }
-        push_header(&mut out, name, value);
-    }
+            || name.eq_ignore_ascii_case(b"x-request-id"))
+    });
     push_header(&mut out, b"x-request-id", request_id.as_bytes());
     out.extend_from_slice(b"content-length: ");
     push_decimal(&mut out, body_len as u64);

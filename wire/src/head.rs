@@ -173,11 +173,7 @@ type HeaderRanges = (Range<usize>, Range<usize>);
 
 impl HeadBufs {
     /// Fills the buffers with `bytes` and the ranges of `raw`'s headers within them.
-    fn fill(
-        mut self,
-        bytes: &[u8],
-        raw: &[httparse::Header<'_>],
-    ) -> (Vec<u8>, Vec<HeaderRanges>) {
+    fn fill(mut self, bytes: &[u8], raw: &[httparse::Header<'_>]) -> (Vec<u8>, Vec<HeaderRanges>) {
         self.bytes.clear();
         self.bytes.extend_from_slice(bytes);
         self.headers.clear();

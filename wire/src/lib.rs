@@ -21,4 +21,4 @@ pub use chunked::{encode_chunk, ChunkedDecoder, ChunkedError, Progress, LAST_CHU
 pub use error_body::{openai_error, ErrorKind};
 pub use head::{BodyFraming, HeadBufs, HeadError, Method, RequestHead, ResponseHead, MAX_HEADERS};
 pub use model_field::{find_model, push_json_string, splice_model, ModelField, ModelFieldError};
-pub use response::{full_response, push_decimal, push_header};
+pub use response::{full_response, push_decimal, push_header, push_kept_headers};
