@@ -1,6 +1,8 @@
 //! A client connection's reading side: the bytes read but not used yet, request heads within the
 //! header timeout, bodies bounded in size and time, and whole writes back.
 
+use crate::exchange::ExchangeBufs;
+use inferrail_shards::index::RecordTicket;
 use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, HeadBufs, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
@@ -30,6 +32,10 @@ pub struct ClientConn {
     /// once the request is done.
     request_head_bufs: HeadBufs,
     response_head_bufs: HeadBufs,
+    /// The next request's id is written here; a proxied request gives it back.
+    request_id_buf: String,
+    /// The buffers of the next request's exchange (its action queue and replicas tried).
+    exchange_bufs: ExchangeBufs<RecordTicket>,
 }
 
 /// Largest buffer a connection keeps for its next request; a bigger one is freed.
@@ -89,6 +95,8 @@ impl ClientConn {
             body_buf: Vec::new(),
             request_head_bufs: HeadBufs::default(),
             response_head_bufs: HeadBufs::default(),
+            request_id_buf: String::new(),
+            exchange_bufs: ExchangeBufs::default(),
         }
     }
 
@@ -242,6 +250,29 @@ impl ClientConn {
     /// Keeps `buf` as the buffer for outgoing bytes unless it grew large.
     pub(crate) fn put_write_buf(&mut self, buf: Vec<u8>) {
         keep(&mut self.write_buf, buf);
+    }
+
+    /// The buffer for the next request id (empty, possibly with capacity).
+    pub(crate) fn take_request_id_buf(&mut self) -> String {
+        std::mem::take(&mut self.request_id_buf)
+    }
+
+    /// Keeps a finished request's id buffer for the next id.
+    pub(crate) fn put_request_id_buf(&mut self, mut id: String) {
+        if id.capacity() <= 256 {
+            id.clear();
+            self.request_id_buf = id;
+        }
+    }
+
+    /// The buffers for the next request's exchange.
+    pub(crate) fn take_exchange_bufs(&mut self) -> ExchangeBufs<RecordTicket> {
+        std::mem::take(&mut self.exchange_bufs)
+    }
+
+    /// Keeps a finished exchange's buffers for the next request's.
+    pub(crate) fn put_exchange_bufs(&mut self, bufs: ExchangeBufs<RecordTicket>) {
+        self.exchange_bufs = bufs;
     }
 
     /// Takes back a finished request's head buffers for the next request's.

@@ -509,6 +509,13 @@ impl CoreContext {
 
     /// A fresh request id: 32 lowercase hex digits, like vLLM's.
     pub fn new_request_id(&self) -> String {
+        let mut id = String::with_capacity(32);
+        self.write_request_id(&mut id);
+        id
+    }
+
+    /// Appends a fresh request id ([`CoreContext::new_request_id`]) to `out`.
+    pub fn write_request_id(&self, out: &mut String) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut ids = self.ids.borrow_mut();
         let mut digits = [0u8; 32];
@@ -517,8 +524,8 @@ impl CoreContext {
                 *digit = HEX[((word >> ((15 - i) * 4)) & 0xf) as usize];
             }
         }
-        // Hex digits are ASCII: the check cannot fail.
-        String::from_utf8(digits.to_vec()).unwrap_or_default()
+        // Hex digits are ASCII: the conversion cannot fail.
+        out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
     }
 }
 

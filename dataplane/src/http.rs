@@ -101,14 +101,16 @@ async fn handle_request(
     head: RequestHead,
 ) -> bool {
     let started = Instant::now();
-    let request_id = match head.header("x-request-id") {
-        Some(v) if is_valid_request_id(v) => String::from_utf8_lossy(v).into_owned(),
-        _ => ctx.new_request_id(),
-    };
+    // The id is written into the connection's kept buffer (given back after a proxied request).
+    let mut request_id = conn.take_request_id_buf();
+    match head.header("x-request-id") {
+        // A valid id is ASCII: the lossy conversion never replaces anything.
+        Some(v) if is_valid_request_id(v) => request_id.push_str(&String::from_utf8_lossy(v)),
+        _ => ctx.write_request_id(&mut request_id),
+    }
     let head_only = head.method == Method::Head;
     let close = head.close;
     let recorder = &view.recorder;
-    let mut request_id = request_id;
     match prepare(&view.snap, conn, head, &mut request_id, started).await {
         Ok(Prepared::Proxy(request)) => forward(ctx, view, conn, request).await,
         Ok(Prepared::Local(bytes, close_after)) => conn.send(bytes).await && !close_after,

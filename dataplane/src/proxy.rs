@@ -68,7 +68,8 @@ pub async fn forward(
     req: ProxyRequest,
 ) -> bool {
     let settings = &view.snap.settings;
-    let ex = Exchange::new(Limits {
+    let bufs = conn.take_exchange_bufs();
+    let limits = Limits {
         deadline: req.deadline,
         max_attempts: settings.max_attempts,
         backoff: settings.backoff,
@@ -76,7 +77,8 @@ pub async fn forward(
         connect_timeout: settings.connect_timeout,
         first_byte_timeout: settings.first_byte_timeout,
         stream_idle_timeout: settings.stream_idle_timeout,
-    });
+    };
+    let ex = Exchange::with_bufs(limits, bufs);
     let driver = Driver {
         ctx,
         view,
@@ -100,6 +102,7 @@ pub async fn forward(
     let keep = driver.run().await;
     conn.put_body(req.body);
     conn.put_request_head(req.head);
+    conn.put_request_id_buf(req.request_id);
     keep
 }
 
@@ -170,10 +173,12 @@ impl Driver<'_> {
                 other => self.account(other),
             }
         }
-        match self.answer {
+        let keep = match self.answer.take() {
             Some(bytes) => self.conn.send(bytes).await && !self.close_client,
             None => self.keep_client,
-        }
+        };
+        self.conn.put_exchange_bufs(self.ex.into_bufs());
+        keep
     }
 
     /// Waits one poll interval (or until a timer fires or the client leaves), then tells the

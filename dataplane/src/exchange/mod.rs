@@ -30,7 +30,7 @@ mod state;
 mod tests;
 
 pub use rules::backoff;
-pub use state::Exchange;
+pub use state::{Exchange, ExchangeBufs};
 
 use crate::errors::{Failure, NoCandidate};
 use crate::metrics::Outcome;

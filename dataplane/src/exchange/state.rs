@@ -65,10 +65,40 @@ pub struct Exchange<T> {
     actions: VecDeque<Action<T>>,
 }
 
+/// The two buffers an exchange fills (its action queue and the replicas it tried), handed from
+/// a finished exchange to the next one on the same connection.
+#[derive(Debug)]
+pub struct ExchangeBufs<T> {
+    actions: VecDeque<Action<T>>,
+    tried: Vec<usize>,
+}
+
+impl<T> Default for ExchangeBufs<T> {
+    fn default() -> Self {
+        ExchangeBufs {
+            actions: VecDeque::new(),
+            tried: Vec::new(),
+        }
+    }
+}
+
 impl<T> Exchange<T> {
     /// A request starting under `limits`: its first action is [`Action::Route`] for attempt 1.
     pub fn new(limits: Limits) -> Exchange<T> {
-        let mut actions = VecDeque::with_capacity(8);
+        Exchange::with_bufs(limits, ExchangeBufs::default())
+    }
+
+    /// [`Exchange::new`] in the buffers a finished exchange gave back ([`Exchange::into_bufs`]),
+    /// so a connection's next request allocates neither.
+    pub fn with_bufs(limits: Limits, bufs: ExchangeBufs<T>) -> Exchange<T> {
+        let ExchangeBufs {
+            mut actions,
+            mut tried,
+        } = bufs;
+        actions.clear();
+        tried.clear();
+        actions.reserve(8);
+        tried.reserve(limits.max_attempts.min(8) as usize);
         actions.push_back(Action::Route { attempt: 1 });
         Exchange {
             limits: Limits {
@@ -78,11 +108,23 @@ impl<T> Exchange<T> {
             state: State::Routing,
             attempt: None,
             attempts: 0,
-            tried: Vec::with_capacity(limits.max_attempts.min(8) as usize),
+            tried,
             strikes: 0,
             last_failure: None,
             actions,
         }
+    }
+
+    /// The exchange's buffers, emptied, for the next exchange ([`Exchange::with_bufs`]).
+    pub fn into_bufs(self) -> ExchangeBufs<T> {
+        let Exchange {
+            mut actions,
+            mut tried,
+            ..
+        } = self;
+        actions.clear();
+        tried.clear();
+        ExchangeBufs { actions, tried }
     }
 
     /// The next action to perform, in order; `None` until an event makes more.
