@@ -1,5 +1,7 @@
 //! A client connection's reading side: the bytes read but not used yet, request heads within the
-//! header timeout, bodies bounded in size and time, and whole writes back.
+//! header timeout, bodies bounded in size and time, and whole writes back; and the buffers one
+//! request borrows from the connection and gives back (write, body, both heads, request id,
+//! exchange), so the next keep-alive request allocates none of them.
 
 use crate::exchange::ExchangeBufs;
 use inferrail_shards::index::RecordTicket;
