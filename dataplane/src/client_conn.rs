@@ -1,14 +1,15 @@
 //! A client connection's reading side: the bytes read but not used yet, request heads within the
 //! header timeout, bodies bounded in size and time, and whole writes back; and the buffers one
 //! request borrows from the connection and gives back (write, body, both heads, request id,
-//! exchange), so the next keep-alive request allocates none of them.
+//! exchange, timer), so the next keep-alive request allocates none of them.
 
 use crate::exchange::ExchangeBufs;
 use inferrail_shards::index::RecordTicket;
 use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, HeadBufs, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
-use monoio::time::timeout_at;
+use monoio::time::Sleep;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 /// Largest request head accepted (request line and headers).
@@ -38,6 +39,11 @@ pub struct ClientConn {
     request_id_buf: String,
     /// The buffers of the next request's exchange (its action queue and replicas tried).
     exchange_bufs: ExchangeBufs<RecordTicket>,
+    /// The one timer the connection's reads and its requests' exchanges sleep on, boxed and
+    /// kept: a timer entry is 128-byte aligned, and held inline it would make every request
+    /// future that sleeps that aligned and large, and copied in full each time one is started.
+    /// `None` while a request has taken it ([`ClientConn::take_timer`]).
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// Largest buffer a connection keeps for its next request; a bigger one is freed.
@@ -49,6 +55,11 @@ fn keep(slot: &mut Vec<u8>, mut buf: Vec<u8>) {
         buf.clear();
         *slot = buf;
     }
+}
+
+/// A boxed timer set to `at`; it joins the timer wheel only once polled.
+fn new_timer(at: Instant) -> Pin<Box<Sleep>> {
+    Box::pin(monoio::time::sleep_until(at.into()))
 }
 
 /// Why the head of the next request could not be had.
@@ -99,6 +110,7 @@ impl ClientConn {
             response_head_bufs: HeadBufs::default(),
             request_id_buf: String::new(),
             exchange_bufs: ExchangeBufs::default(),
+            timer: None,
         }
     }
 
@@ -125,13 +137,17 @@ impl ClientConn {
             self.pos = 0;
         }
         let buf = std::mem::take(&mut self.buf);
-        match timeout_at(deadline.into(), read_more(&mut self.stream, buf)).await {
-            Ok((res, buf)) => {
+        let timer = self.timer.get_or_insert_with(|| new_timer(deadline));
+        timer.as_mut().reset(deadline.into());
+        let read = read_more(&mut self.stream, buf);
+        monoio::select! {
+            biased;
+            (res, buf) = read => {
                 self.buf = buf;
                 res
             }
             // The read was cancelled mid-flight: bytes may be lost, so the caller must close.
-            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+            _ = timer.as_mut() => Err(std::io::ErrorKind::TimedOut.into()),
         }
     }
 
@@ -275,6 +291,16 @@ impl ClientConn {
     /// Keeps a finished exchange's buffers for the next request's.
     pub(crate) fn put_exchange_bufs(&mut self, bufs: ExchangeBufs<RecordTicket>) {
         self.exchange_bufs = bufs;
+    }
+
+    /// The connection's timer (a fresh one set to `at` when a request holds the kept one).
+    pub(crate) fn take_timer(&mut self, at: Instant) -> Pin<Box<Sleep>> {
+        self.timer.take().unwrap_or_else(|| new_timer(at))
+    }
+
+    /// Keeps a request's timer as the connection's.
+    pub(crate) fn put_timer(&mut self, timer: Pin<Box<Sleep>>) {
+        self.timer = Some(timer);
     }
 
     /// Takes back a finished request's head buffers for the next request's.

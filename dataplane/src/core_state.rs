@@ -20,6 +20,7 @@ use inferrail_config::PolicyKind;
 use inferrail_routing::fleet::secs_to_micros;
 use inferrail_routing::{brain, policies, Candidate, Decision, FleetFacts, Rng};
 use inferrail_routing::{RouteInput, RoutingPolicy};
+use inferrail_shards::fx::FxHashMap;
 use inferrail_sync::{Admission, Mailbox, QueueTicket, ReplicaLedger};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -46,7 +47,7 @@ pub struct ReplicaState {
     down_epoch: Cell<u64>,
     /// Requests waiting for a response head that want to hear when the replica leaves rotation,
     /// by waiter id. A waiter removes itself when it is dropped, so this holds only live ones.
-    down_waiters: RefCell<HashMap<u64, Waker>>,
+    down_waiters: RefCell<FxHashMap<u64, Waker>>,
     next_waiter: Cell<u64>,
 }
 
@@ -58,7 +59,7 @@ impl ReplicaState {
             local_streak: Cell::new(0),
             routable: Cell::new(true),
             down_epoch: Cell::new(0),
-            down_waiters: RefCell::new(HashMap::new()),
+            down_waiters: RefCell::new(FxHashMap::default()),
             next_waiter: Cell::new(0),
         }
     }

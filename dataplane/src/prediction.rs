@@ -4,7 +4,7 @@
 
 use crate::core_state::{CoreContext, CoreView};
 use crate::observe::{DecisionRecord, ShadowJob};
-use crate::predict::{Budget, PromptFacts};
+use crate::predict::{Budget, Predictor, PromptFacts};
 use crate::request::ProxyRequest;
 use inferrail_routing::{BrainParams, Candidate, FleetFacts, RouteInput};
 use inferrail_shards::index::RecordTicket;
@@ -22,15 +22,32 @@ impl Prediction {
     /// Tokenizes (on the pool) and looks up (on the index shards) within `tokenizer.max_wait`;
     /// counts the result.
     pub(crate) async fn make(ctx: &CoreContext, view: &CoreView, req: &ProxyRequest) -> Prediction {
-        let none = Prediction {
+        let Some(predictor) = &ctx.predictor else {
+            ctx.prediction_stats.result("no_tokenizer");
+            return Prediction::none();
+        };
+        // Boxed: the waits on the pool and the shards hold timers, which would make every
+        // request's future large and 128-byte aligned even when nothing is predicted.
+        Box::pin(Self::predicted(ctx, predictor, view, req)).await
+    }
+
+    /// No prompt facts and no cached tokens.
+    fn none() -> Prediction {
+        Prediction {
             facts: None,
             cached: Vec::new(),
-        };
+        }
+    }
+
+    /// [`Prediction::make`] with a predictor.
+    async fn predicted(
+        ctx: &CoreContext,
+        predictor: &Predictor,
+        view: &CoreView,
+        req: &ProxyRequest,
+    ) -> Prediction {
+        let none = Prediction::none();
         let stats = &ctx.prediction_stats;
-        let Some(predictor) = &ctx.predictor else {
-            stats.result("no_tokenizer");
-            return none;
-        };
         let model = &view.snap.models[req.model];
         let budget = Budget::new(view.snap.settings.prediction, Instant::now());
         let (facts, took) = predictor

@@ -84,7 +84,7 @@ pub async fn forward(
         view,
         watch: ClientWatch::new(conn.buffered().is_empty(), req.started),
         timer: StepTimer {
-            sleep: pin!(monoio::time::sleep_until(req.deadline.into())),
+            sleep: conn.take_timer(req.deadline),
             at: None,
         },
         close_client: req.head.close || ctx.shutdown.is_triggered(),
@@ -114,8 +114,8 @@ struct Driver<'a> {
     req: &'a ProxyRequest,
     prediction: Prediction,
     watch: ClientWatch,
-    /// The one timer every step sleeps on.
-    timer: StepTimer<'a>,
+    /// The one timer every step sleeps on (the client connection's, given back at the end).
+    timer: StepTimer,
     /// The client connection closes after this request.
     close_client: bool,
     ex: Exchange<RecordTicket>,
@@ -178,6 +178,7 @@ impl Driver<'_> {
             None => self.keep_client,
         };
         self.conn.put_exchange_bufs(self.ex.into_bufs());
+        self.conn.put_timer(self.timer.sleep);
         keep
     }
 
@@ -186,8 +187,18 @@ impl Driver<'_> {
     /// so the queue polls the ledgers rather than waiting for a wake-up from another thread.
     async fn wait_for_slot(&mut self) {
         let client = Some((&mut self.watch, &self.conn.stream));
-        let tick = monoio::time::sleep(SLOT_POLL);
-        match race(pin!(tick), self.ex.timer(), &mut self.timer, client, None).await {
+        // Boxed: a timer inline would make every request's future 128-byte aligned and large
+        // (see `ClientConn::take_timer`); this path runs only while a request waits for a slot.
+        let mut tick = Box::pin(monoio::time::sleep(SLOT_POLL));
+        match race(
+            tick.as_mut(),
+            self.ex.timer(),
+            &mut self.timer,
+            client,
+            None,
+        )
+        .await
+        {
             Raced::Done(()) => {
                 let now = Instant::now();
                 let fleet_now = self.ctx.fleet_clock.micros(now);
@@ -548,7 +559,7 @@ async fn relay(
     ex: &mut Exchange<RecordTicket>,
     mut live: Live,
     watch: &mut ClientWatch,
-    timer: &mut StepTimer<'_>,
+    timer: &mut StepTimer,
 ) -> bool {
     let (Some(up), Some(response)) = (live.upstream.take(), live.response.take()) else {
         return false;
@@ -697,13 +708,13 @@ enum Raced<T> {
 /// The one timer a request's steps sleep on: created once per request and moved (reset) only
 /// when the instant it must fire at changes, so a request whose deadlines stay put costs one
 /// entry in the timer wheel, not one (or two, with the client watch) per step.
-struct StepTimer<'a> {
-    sleep: Pin<&'a mut Sleep>,
+struct StepTimer {
+    sleep: Pin<Box<Sleep>>,
     /// The instant the sleep is set to, once set.
     at: Option<Instant>,
 }
 
-impl StepTimer<'_> {
+impl StepTimer {
     /// Sets the sleep to fire at `at` (at once if that has passed), unless it already is.
     fn aim(&mut self, at: Instant) {
         if self.at != Some(at) {
@@ -720,7 +731,7 @@ impl StepTimer<'_> {
 async fn race<T>(
     mut io: Pin<&mut impl Future<Output = T>>,
     due: Option<(Timer, Instant)>,
-    timer: &mut StepTimer<'_>,
+    timer: &mut StepTimer,
     mut client: Option<(&mut ClientWatch, &TcpStream)>,
     mut left: Option<&mut LeftRotation>,
 ) -> Raced<T> {

@@ -7,7 +7,7 @@ use crate::predict::PredictionLimits;
 use inferrail_config::{Config, PolicyKind};
 use inferrail_routing::split::Arms;
 use inferrail_routing::BrainParams;
-use std::collections::HashMap;
+use inferrail_shards::fx::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -175,7 +175,7 @@ pub struct Snapshot {
     /// Replicas: static ones in config order, then discovered ones.
     pub replicas: Vec<ReplicaEntry>,
     /// Model index by canonical name or alias.
-    names: HashMap<String, usize>,
+    names: FxHashMap<String, usize>,
     /// The prebuilt `/v1/models` body.
     pub models_body: Vec<u8>,
     /// The recorders requests routed with this snapshot write into.
@@ -323,7 +323,7 @@ impl Snapshot {
             .map(|(spec, live)| ReplicaEntry { spec, live })
             .collect();
         let mut models = part.models.clone();
-        let mut names = HashMap::new();
+        let mut names = FxHashMap::default();
         for (mi, m) in models.iter_mut().enumerate() {
             m.replicas = replicas
                 .iter()

@@ -12,6 +12,7 @@
 
 pub mod block_hash;
 pub mod builtin;
+pub mod fx;
 pub mod index;
 pub mod pool;
 pub mod prefix_hash;
