@@ -4,6 +4,7 @@
 //! exchange, timer), so the next keep-alive request allocates none of them.
 
 use crate::exchange::ExchangeBufs;
+use bytes::{Bytes, BytesMut};
 use inferrail_shards::index::RecordTicket;
 use inferrail_wire::{BodyFraming, ChunkedDecoder, ErrorKind, HeadBufs, RequestHead};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
@@ -29,8 +30,10 @@ pub struct ClientConn {
     /// The buffer outgoing bytes are built in (the upstream request head, then the client's
     /// response head and first body bytes), kept between requests.
     write_buf: Vec<u8>,
-    /// The buffer the next request body is read into, given back once the request is done.
-    body_buf: Vec<u8>,
+    /// The buffer request bodies are read into. A body is split off it and frozen (shared
+    /// with the attempts, no copy); once the request has dropped it, the next body reclaims the
+    /// same storage, so a keep-alive request allocates no body buffer.
+    body_buf: BytesMut,
     /// The buffers of the next request head and of the next engine response head, given back
     /// once the request is done.
     request_head_bufs: HeadBufs,
@@ -105,7 +108,7 @@ impl ClientConn {
             pos: 0,
             spare: Vec::new(),
             write_buf: Vec::new(),
-            body_buf: Vec::new(),
+            body_buf: BytesMut::new(),
             request_head_bufs: HeadBufs::default(),
             response_head_bufs: HeadBufs::default(),
             request_id_buf: String::new(),
@@ -200,7 +203,7 @@ impl ClientConn {
         framing: BodyFraming,
         max: u64,
         deadline: Instant,
-    ) -> Result<Vec<u8>, BodyFailure> {
+    ) -> Result<Bytes, BodyFailure> {
         match framing {
             BodyFraming::Length(n) => {
                 if n > max {
@@ -217,14 +220,17 @@ impl ClientConn {
                         Err(_) => return Err(BodyFailure::Closed),
                     }
                 }
-                let mut body = std::mem::take(&mut self.body_buf);
-                body.extend_from_slice(&self.buffered()[..n]);
+                // Reclaims the last body's storage when nothing holds that body any more.
+                self.body_buf.reserve(n);
+                self.body_buf
+                    .extend_from_slice(&self.buf[self.pos..self.pos + n]);
                 self.consume(n);
-                Ok(body)
+                Ok(self.body_buf.split().freeze())
             }
             BodyFraming::Chunked => {
+                // Rare enough that its body is a vector of its own.
                 let mut decoder = ChunkedDecoder::new();
-                let mut body = std::mem::take(&mut self.body_buf);
+                let mut body = Vec::new();
                 loop {
                     let progress = decoder
                         .feed(&self.buf[self.pos..], Some(&mut body))
@@ -234,7 +240,7 @@ impl ClientConn {
                         return Err(BodyFailure::TooLarge);
                     }
                     if progress.done {
-                        return Ok(body);
+                        return Ok(Bytes::from(body));
                     }
                     match self.fill(deadline).await {
                         Ok(0) => return Err(BodyFailure::Closed),
@@ -318,13 +324,13 @@ impl ClientConn {
         self.response_head_bufs = bufs;
     }
 
-    /// Takes back a finished request's body buffer for the next body, when nothing else holds
-    /// it any more (a write the driver abandoned may still).
-    pub(crate) fn put_body(&mut self, body: bytes::Bytes) {
-        if let Ok(mut body) = body.try_into_mut() {
-            // Emptied first, so turning it back into a Vec moves no bytes.
-            body.clear();
-            keep(&mut self.body_buf, Vec::from(body));
+    /// Lets go of a finished request's body. Its storage is the connection's body buffer's
+    /// unless it grew past [`KEEP_AT_MOST`] (then the buffer starts afresh, and the storage is
+    /// freed with the body's last holder); the next body reuses it once nothing else holds it (a
+    /// write the driver abandoned may still).
+    pub(crate) fn put_body(&mut self, body: Bytes) {
+        if body.len() > KEEP_AT_MOST {
+            self.body_buf = BytesMut::new();
         }
     }
 

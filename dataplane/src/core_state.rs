@@ -18,7 +18,7 @@ use crate::shutdown::ShutdownSignal;
 use crate::snapshot::{ReplicaEntry, Snapshot};
 use inferrail_config::PolicyKind;
 use inferrail_routing::fleet::secs_to_micros;
-use inferrail_routing::{brain, policies, Candidate, Decision, FleetFacts, Rng};
+use inferrail_routing::{brain, policies, Candidate, Decision, FleetFacts, Rng, Row};
 use inferrail_routing::{RouteInput, RoutingPolicy};
 use inferrail_shards::fx::FxHashMap;
 use inferrail_sync::{Admission, Mailbox, QueueTicket, ReplicaLedger};
@@ -215,17 +215,34 @@ impl CoreView {
         now: Instant,
         fleet_now: u64,
     ) -> Vec<Candidate> {
-        let mut candidates: Vec<Candidate> = offers::offers(&self.snap, model, now, fleet_now)
-            .filter_map(|(_, offer)| offer.ok())
-            .collect();
-        if candidates.iter().any(|c| !tried.contains(&c.replica)) {
-            candidates.retain(|c| !tried.contains(&c.replica));
-        }
+        let mut candidates = Vec::new();
+        self.candidates_into(&mut candidates, model, tried, now, fleet_now);
         candidates
     }
 
+    /// [`CoreView::candidates`] into `out` (emptied first, its capacity reused, so a core that
+    /// keeps the vector reads candidates without allocating).
+    pub fn candidates_into(
+        &self,
+        out: &mut Vec<Candidate>,
+        model: usize,
+        tried: &[usize],
+        now: Instant,
+        fleet_now: u64,
+    ) {
+        out.clear();
+        out.extend(
+            offers::offers(&self.snap, model, now, fleet_now).filter_map(|(_, offer)| offer.ok()),
+        );
+        if out.iter().any(|c| !tried.contains(&c.replica)) {
+            out.retain(|c| !tried.contains(&c.replica));
+        }
+    }
+
     /// Asks arm `arm` of `model`'s policies to decide among `candidates` (non-empty) through the
-    /// brain (pricing, guards, sessions); the winner is `candidates[decision.winner]`.
+    /// brain (pricing, guards, sessions); the winner is `candidates[decision.winner]`. The
+    /// decision's rows are written into `rows` (its capacity reused; take it back from
+    /// [`Decision::rows`]).
     pub fn choose(
         &self,
         model: usize,
@@ -233,15 +250,18 @@ impl CoreView {
         input: &RouteInput<'_>,
         candidates: &[Candidate],
         rng: &mut Rng,
+        rows: Vec<Row>,
     ) -> Decision {
         match self.arms.get(model).and_then(|arms| arms.get(arm)) {
             Some(p) => {
                 let mut p = p.borrow_mut();
-                let d = brain::decide(&mut **p, input, candidates, rng);
+                let d = brain::decide_reusing(&mut **p, input, candidates, rng, rows);
                 self.recorder.decision(model, p.kind());
                 d
             }
-            None => brain::decide(&mut policies::LeastRequest, input, candidates, rng),
+            None => {
+                brain::decide_reusing(&mut policies::LeastRequest, input, candidates, rng, rows)
+            }
         }
     }
 
@@ -326,6 +346,8 @@ pub struct CoreContext {
     /// This core's routing-brain counters.
     pub brain_stats: Arc<BrainStats>,
     rng: RefCell<Rng>,
+    /// The vectors of this core's last routing decision, kept for the next one.
+    route_bufs: Cell<RouteBufs>,
     /// Fired when the gateway shuts down.
     pub shutdown: Arc<ShutdownSignal>,
     /// Requests being handled on this core now.
@@ -334,6 +356,16 @@ pub struct CoreContext {
     /// Open client connections: socket and whether a request is in progress on it.
     connections: RefCell<HashMap<u64, OpenConnection>>,
     next_connection: Cell<u64>,
+}
+
+/// The vectors one routing decision fills (its candidates and their priced rows), kept by a
+/// core between decisions so routing allocates nothing once they have grown to the fleet's size.
+#[derive(Default)]
+pub struct RouteBufs {
+    /// The candidates, read into with [`CoreView::candidates_into`].
+    pub candidates: Vec<Candidate>,
+    /// The decision's rows, given to [`CoreView::choose`].
+    pub rows: Vec<Row>,
 }
 
 /// An open client connection as the core's registry holds it: its socket and whether a request
@@ -422,6 +454,7 @@ impl CoreContext {
             fleet_clock: links.fleet_clock,
             brain_stats: links.brain_stats,
             rng: RefCell::new(Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9))),
+            route_bufs: Cell::default(),
             shutdown: links.shutdown,
             active_requests: Cell::new(0),
             ids: RefCell::new(Rng::new(id_seed)),
@@ -447,6 +480,16 @@ impl CoreContext {
         let view = build_view(self.index, newer, Some(&old));
         *self.view.borrow_mut() = Rc::new(view);
         true
+    }
+
+    /// The vectors for a routing decision (empty, with the capacity of the last ones given back).
+    pub fn take_route_bufs(&self) -> RouteBufs {
+        self.route_bufs.take()
+    }
+
+    /// Keeps a finished decision's vectors for the next one.
+    pub fn put_route_bufs(&self, bufs: RouteBufs) {
+        self.route_bufs.set(bufs);
     }
 
     /// Runs `f` with this core's random number generator.
@@ -759,9 +802,9 @@ replicas:
             fleet: &fleet,
             now_micros: 0,
         };
-        let first = v2.choose(0, 0, &input, &c, &mut rng).winner;
+        let first = v2.choose(0, 0, &input, &c, &mut rng, Vec::new()).winner;
         let v3 = build_view(0, snap(3), Some(&v2));
-        let second = v3.choose(0, 0, &input, &c, &mut rng).winner;
+        let second = v3.choose(0, 0, &input, &c, &mut rng, Vec::new()).winner;
         assert_ne!(
             first, second,
             "round robin continued its turn across snapshots"

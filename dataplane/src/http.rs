@@ -8,6 +8,7 @@ use crate::proxy::forward;
 use crate::refusal::Refusal;
 use crate::request::ProxyRequest;
 use crate::snapshot::Snapshot;
+use bytes::Bytes;
 use inferrail_routing::split::{conversation_key, named_conversation, session_hash};
 use inferrail_shards::tokenize::Endpoint;
 use inferrail_wire::headers::is_valid_request_id;
@@ -230,13 +231,12 @@ async fn prepare(
     // Only `model` is read; an alias or a missing model is fixed by splicing those bytes.
     let bad_request =
         |msg: String| Refusal::new(ErrorKind::BadRequest, ErrorReason::BadRequest, msg);
-    let (model, body) = match find_model(&body) {
+    let (model, spliced) = match find_model(&body) {
         Ok(ModelField::Present { name, value }) => match snap.model_index(&name) {
-            Some(m) if snap.models[m].name == name => (m, body),
+            Some(m) if snap.models[m].name == name => (m, None),
             Some(m) => {
                 let field = ModelField::Present { name, value };
-                let spliced = splice_model(&body, &field, &snap.models[m].name);
-                (m, spliced)
+                (m, Some(splice_model(&body, &field, &snap.models[m].name)))
             }
             None => {
                 let msg = format!(
@@ -248,8 +248,7 @@ async fn prepare(
             }
         },
         Ok(field @ ModelField::Absent { .. }) if snap.models.len() == 1 => {
-            let spliced = splice_model(&body, &field, &snap.models[0].name);
-            (0, spliced)
+            (0, Some(splice_model(&body, &field, &snap.models[0].name)))
         }
         Ok(ModelField::Absent { .. }) => {
             return Err(Some(bad_request(
@@ -260,6 +259,7 @@ async fn prepare(
             return Err(Some(bad_request(e.to_string())))
         }
     };
+    let body = spliced.map_or(body, Bytes::from);
     // A split model's arm follows the conversation (x-session-id, else `user`, else the request
     // id), so a conversation stays on one arm; session affinity follows a named conversation.
     let entry = &snap.models[model];
@@ -287,7 +287,7 @@ async fn prepare(
     };
     Ok(Prepared::Proxy(ProxyRequest {
         head,
-        body: body.into(),
+        body,
         model,
         arm,
         sampled,

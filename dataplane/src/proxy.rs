@@ -5,7 +5,7 @@
 //! Every retry rule is the exchange's; none is here.
 
 use crate::client_conn::{read_more, ClientConn};
-use crate::core_state::{CoreContext, CoreView, LeftRotation, ReplicaSlot};
+use crate::core_state::{CoreContext, CoreView, LeftRotation, ReplicaSlot, RouteBufs};
 use crate::errors::NoCandidate;
 use crate::exchange::{Action, Event, Exchange, Limits, Timer};
 use crate::fleet::SharedLedger;
@@ -411,15 +411,22 @@ fn route(
 ) -> Option<Live> {
     let now = Instant::now();
     let fleet_now = ctx.fleet_clock.micros(now);
-    let mut candidates = view.candidates(req.model, ex.tried(), now, fleet_now);
+    // The core's kept vectors: a decision allocates nothing once they fit the fleet.
+    let RouteBufs {
+        mut candidates,
+        rows,
+    } = ctx.take_route_bufs();
+    view.candidates_into(&mut candidates, req.model, ex.tried(), now, fleet_now);
     prediction.annotate(&mut candidates);
     if candidates.is_empty() {
+        ctx.put_route_bufs(RouteBufs { candidates, rows });
         no_candidate(view, req.model, ex, queued, now, fleet_now);
         return None;
     }
     let params = &view.snap.models[req.model].brain;
     let input = prediction.input(req, params, &ctx.fleet, fleet_now);
-    let decision = ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng));
+    let decision =
+        ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng, rows));
     ctx.brain_stats.decision(
         view.arm_policy(req.model, req.arm),
         now.elapsed(),
@@ -428,6 +435,10 @@ fn route(
     let replica = candidates[decision.winner].replica;
     let prefill_secs = brain::commit(&input, &candidates, &decision);
     observe_decision(ctx, view, req, attempt, replica, &candidates, &input);
+    ctx.put_route_bufs(RouteBufs {
+        candidates,
+        rows: decision.rows,
+    });
     let ticket = prediction.record(ctx, view, replica);
     let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
     let acquired = view.acquire(

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let model = find_top_level_string(data, "model");
     match find_model(data) {
-        Ok(ModelField::Present { name, .. }) => assert_eq!(model, Some(name)),
+        Ok(ModelField::Present { name, .. }) => assert_eq!(model, Some(name.into_owned())),
         _ => assert_eq!(model, None),
     }
     let _ = find_top_level_string(data, "user");

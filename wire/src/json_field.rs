@@ -8,7 +8,7 @@ use crate::model_field::{find_string_member, ModelField};
 /// keys the last one wins, as in Python's `json` module.
 pub fn find_top_level_string(body: &[u8], key: &str) -> Option<String> {
     match find_string_member(body, key) {
-        Ok(ModelField::Present { name, .. }) => Some(name),
+        Ok(ModelField::Present { name, .. }) => Some(name.into_owned()),
         _ => None,
     }
 }

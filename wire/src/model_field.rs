@@ -6,11 +6,11 @@ use std::ops::Range;
 
 /// Where the body names its model, or where a name can be inserted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelField {
+pub enum ModelField<'a> {
     /// `"model": "<name>"`; `value` spans the string literal including its quotes.
     Present {
-        /// The unescaped model name.
-        name: String,
+        /// The unescaped model name, borrowed from the body unless it has escapes.
+        name: Cow<'a, str>,
         /// Byte range of the string literal, quotes included.
         value: Range<usize>,
     },
@@ -295,19 +295,22 @@ impl<'a> Scanner<'a> {
 
 /// Finds the top-level `model` member of `body`. With duplicate keys the last one wins, as in
 /// Python's `json` module that vLLM uses, so the gateway routes on the name the engine will read.
-pub fn find_model(body: &[u8]) -> Result<ModelField, ModelFieldError> {
+pub fn find_model(body: &[u8]) -> Result<ModelField<'_>, ModelFieldError> {
     find_string_member(body, "model")
 }
 
 /// Finds the top-level string member `key` of a JSON object body, scanning members in order and
 /// skipping other values (last duplicate wins). `NotAString` when the last `key` is not a string.
-pub(crate) fn find_string_member(body: &[u8], key: &str) -> Result<ModelField, ModelFieldError> {
+pub(crate) fn find_string_member<'a>(
+    body: &'a [u8],
+    key: &str,
+) -> Result<ModelField<'a>, ModelFieldError> {
     let wanted = key;
     let mut s = Scanner { buf: body, pos: 0 };
     s.skip_ws();
     s.expect(b'{')?;
     let insert_at = s.pos;
-    let mut found: Option<ModelField> = None;
+    let mut found: Option<ModelField<'a>> = None;
     let mut members = 0usize;
     let mut model_not_string = false;
     s.skip_ws();
@@ -324,7 +327,7 @@ pub(crate) fn find_string_member(body: &[u8], key: &str) -> Result<ModelField, M
             if *key == *wanted.as_bytes() {
                 if s.peek() == Some(b'"') {
                     let start = s.pos;
-                    let name = s.string(true)?.into_owned();
+                    let name = s.string(true)?;
                     found = Some(ModelField::Present {
                         name,
                         value: start..s.pos,
@@ -386,7 +389,7 @@ pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
 
 /// Returns `body` with its model set to `name`: only the model's string literal is replaced, or
 /// `"model":"<name>"` is inserted as the first member. Every other byte is kept.
-pub fn splice_model(body: &[u8], field: &ModelField, name: &str) -> Vec<u8> {
+pub fn splice_model(body: &[u8], field: &ModelField<'_>, name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + name.len() + 16);
     match field {
         ModelField::Present { value, .. } => {

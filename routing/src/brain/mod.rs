@@ -45,6 +45,18 @@ fn hot_root(input: &RouteInput<'_>, replicas: usize) -> Option<HotRoot> {
 /// Prices every candidate: predicted and priced cache, the cost estimate and the work it would
 /// really do, and the guards. Rows are in the candidates' order.
 pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Option<HotRoot>) {
+    let mut rows = Vec::with_capacity(candidates.len());
+    let hot = price_into(input, candidates, &mut rows);
+    (rows, hot)
+}
+
+/// [`price`] into `rows`: emptied first, then one row per candidate in the candidates' order;
+/// its capacity is reused, so a caller that keeps the vector prices without allocating.
+pub fn price_into(
+    input: &RouteInput<'_>,
+    candidates: &[Candidate],
+    rows: &mut Vec<Row>,
+) -> Option<HotRoot> {
     let params = input.params;
     let tokens = input.prompt_tokens();
     let hot = hot_root(input, candidates.len());
@@ -56,44 +68,41 @@ pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Opt
         (Some(p), Some(_)) => (params.hot_blocks * p.block_size).min(p.cacheable()),
         _ => 0,
     };
-    let mut rows: Vec<Row> = candidates
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let cached = c.cached_tokens.unwrap_or(0).min(tokens);
-            let hot_owner = owners.contains(&i);
-            let priced = if hot_owner {
-                cached.max(root_tokens)
+    rows.clear();
+    rows.extend(candidates.iter().enumerate().map(|(i, c)| {
+        let cached = c.cached_tokens.unwrap_or(0).min(tokens);
+        let hot_owner = owners.contains(&i);
+        let priced = if hot_owner {
+            cached.max(root_tokens)
+        } else {
+            cached
+        };
+        let running = c.engine.map_or(c.in_flight, |e| {
+            (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
+        });
+        let work_secs = params.cost.prefill_secs(tokens - cached, cached);
+        let estimate = Estimate {
+            queue: c.queued_prefill_secs
+                + params.cost.decode_interference_secs * f64::from(running),
+            prefill: if priced == cached {
+                work_secs
             } else {
-                cached
-            };
-            let running = c.engine.map_or(c.in_flight, |e| {
-                (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
-            });
-            let work_secs = params.cost.prefill_secs(tokens - cached, cached);
-            let estimate = Estimate {
-                queue: c.queued_prefill_secs
-                    + params.cost.decode_interference_secs * f64::from(running),
-                prefill: if priced == cached {
-                    work_secs
-                } else {
-                    params.cost.prefill_secs(tokens - priced, priced)
-                },
-                tier: c.tier_secs,
-            };
-            Row {
-                set_aside: None,
-                cached_tokens: cached,
-                priced_cached: priced,
-                hot_owner,
-                estimate,
-                work_secs,
-                score: 0.0,
-            }
-        })
-        .collect();
-    guards::apply(input, candidates, &mut rows);
-    (rows, hot)
+                params.cost.prefill_secs(tokens - priced, priced)
+            },
+            tier: c.tier_secs,
+        };
+        Row {
+            set_aside: None,
+            cached_tokens: cached,
+            priced_cached: priced,
+            hot_owner,
+            estimate,
+            work_secs,
+            score: 0.0,
+        }
+    }));
+    guards::apply(input, candidates, rows);
+    hot
 }
 
 /// The conversation's last replica, when the request names a conversation, affinity is on, and
@@ -123,7 +132,26 @@ pub fn decide(
     candidates: &[Candidate],
     rng: &mut Rng,
 ) -> Decision {
-    let (mut rows, hot) = price(input, candidates);
+    decide_reusing(
+        policy,
+        input,
+        candidates,
+        rng,
+        Vec::with_capacity(candidates.len()),
+    )
+}
+
+/// [`decide`] with the decision's rows written into `rows` (emptied first, its capacity
+/// reused): a caller that takes [`Decision::rows`] back after each decision decides without
+/// allocating. The same inputs give the same decision as [`decide`].
+pub fn decide_reusing(
+    policy: &mut dyn RoutingPolicy,
+    input: &RouteInput<'_>,
+    candidates: &[Candidate],
+    rng: &mut Rng,
+    mut rows: Vec<Row>,
+) -> Decision {
+    let hot = price_into(input, candidates, &mut rows);
     let session = if policy.honors_sessions() {
         session_pick(input, candidates, &rows)
     } else {

@@ -465,10 +465,14 @@ proptest! {
         let b = decide(pb.as_mut(), &ib, &cb, &mut rb);
         prop_assert_eq!(&a, &b);
         prop_assert_eq!(commit(&ia, &ca, &a), commit(&ib, &cb, &b));
-        // The copies stay identical: the next decision agrees too (RNG and policy state moved alike).
+        // The copies stay identical: the next decision agrees too (RNG and policy state moved
+        // alike), even when one side reuses a vector still holding other rows (the data plane's
+        // kept rows).
+        let mut stale = b.rows.clone();
+        stale.extend(b.rows.iter().map(|r| Row { score: -1.0, hot_owner: true, ..*r }));
         prop_assert_eq!(
             decide(pa.as_mut(), &ia, &ca, &mut ra),
-            decide(pb.as_mut(), &ib, &cb, &mut rb)
+            decide_reusing(pb.as_mut(), &ib, &cb, &mut rb, stale)
         );
         if let Some(s) = session {
             prop_assert_eq!(fa.sessions.get(s), fb.sessions.get(s));
