@@ -183,8 +183,15 @@ struct Acc {
 pub fn parse(page: &[u8]) -> Result<EngineLoad, EngineLoadError> {
     let mut vllm = Acc::default();
     let mut sglang = Acc::default();
+    // The name of the last line skipped as unread, with the byte that ended it: a histogram's
+    // bucket lines follow one another under one name, and a line that starts with the same
+    // name and end byte has that name, so it is skipped on one comparison.
+    let mut skipped: &[u8] = &[];
     for raw in lines(page) {
         let line = trim_start(raw.strip_suffix(b"\r").unwrap_or(raw));
+        if !skipped.is_empty() && line.starts_with(skipped) {
+            continue;
+        }
         let (spec, acc, engine) = match line.first() {
             Some(b'v') if line.starts_with(b"vllm:") => (&VLLM, &mut vllm, EngineKind::Vllm),
             Some(b's') if line.starts_with(b"sglang:") => {
@@ -198,6 +205,8 @@ pub fn parse(page: &[u8]) -> Result<EngineLoad, EngineLoadError> {
         let name = metric_name(line);
         let slot = spec.names.iter().position(|n| n.as_bytes() == name);
         if slot.is_none() && acc.seen {
+            // The name and the `{`, space or tab after it (a line of the bare name is not kept).
+            skipped = line.get(..name.len() + 1).unwrap_or_default();
             continue;
         }
         let Some(sample) = parse_line(line) else {
