@@ -202,12 +202,8 @@ pub struct CoreView {
 }
 
 impl CoreView {
-    /// Replicas serving `model` that are in rotation and under their `max_concurrency` (as the
-    /// ledger reads now: only [`CoreView::acquire`] decides whether one more fits), skipping
-    /// `tried` unless every such replica was tried already. Each carries the replica's one
-    /// ledger's load, fleet-wide and exact at the reading, and the engine's own report while it is
-    /// younger than `load.max_age`: the same offers `/admin/explain` prices
-    /// ([`offers::offers`]).
+    /// [`CoreView::candidates_into`] into a fresh vector.
+    #[cfg(test)]
     pub fn candidates(
         &self,
         model: usize,
@@ -220,8 +216,14 @@ impl CoreView {
         candidates
     }
 
-    /// [`CoreView::candidates`] into `out` (emptied first, its capacity reused, so a core that
-    /// keeps the vector reads candidates without allocating).
+    /// Replicas serving `model` that are in rotation and under their `max_concurrency` (as the
+    /// ledger reads now: only [`CoreView::acquire`] decides whether one more fits), skipping
+    /// `tried` unless every such replica was tried already. Each carries the replica's one
+    /// ledger's load, fleet-wide and exact at the reading, and the engine's own report while it is
+    /// younger than `load.max_age`: the same offers `/admin/explain` prices
+    /// ([`offers::offers`]).
+    /// They go into `out`, emptied first, its capacity reused (a core that keeps the vector
+    /// reads candidates without allocating).
     pub fn candidates_into(
         &self,
         out: &mut Vec<Candidate>,

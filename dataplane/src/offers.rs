@@ -56,7 +56,7 @@ impl NotOffered {
 
 /// Every replica serving `model` (snapshot order): its candidate when it would be offered, else
 /// why not. The data cores route from exactly these offers
-/// ([`crate::core_state::CoreView::candidates`]) and the admin's explain shows them, so the two
+/// ([`crate::core_state::CoreView::candidates_into`]) and the admin's explain shows them, so the two
 /// read the same ledgers and cannot disagree. Lazy: the request path collects only the offered
 /// ones, into one vector.
 pub fn offers(
