@@ -235,7 +235,7 @@ def markdown(meta, results):
         f"(+{meta['warmup']} warmup) per leg, in alternation {' → '.join(ran)}",
         f"- {meta['arrivals']} arrivals (inferrail-bench load, open loop, latency from the scheduled time); "
         f"request body {meta['body_bytes']} bytes",
-        f"- gateway cores {meta.get('gateway_cores', '—')}"
+        f"- gateway cores {meta.get('gateway_cores', '—')}; nginx workers {meta.get('nginx_workers', 1)}"
         + (f"; gateway_cost tokenizer {meta['gateway_tokenizer']}" if "gateway_cost" in notes else ""),
     ]
     if meta.get("peers") and meta.get("peers") != "not used":
@@ -244,7 +244,7 @@ def markdown(meta, results):
         f"- pinning: {meta['pinning']}; nproc {meta['nproc']}; kernel {meta['kernel']}; nginx {meta.get('nginx') or '—'}",
         "- added = leg percentile − direct percentile of the same repetition, median over repetitions; "
         f"CPU = {CPU_SOURCES[meta.get('cpu_source', 'ticks')]} of the proxy process (gateway and routers: "
-        "the whole process, all threads; nginx: its worker) per request handled; gw ÷ leg = gateway "
+        "the whole process, all threads; nginx: its workers) per request handled; gw ÷ leg = gateway "
         "figure divided by that leg's (below 1: the gateway is cheaper)",
         "",
     ]
