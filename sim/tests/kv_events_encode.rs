@@ -1,9 +1,10 @@
 //! Byte parity of the KV event encoding with a real vLLM 0.32 capture
-//! (`tests/fixtures/kv_events/`, from `/work/shared/fixtures/vllm/kv_events/`): `frames.bin` is
+//! (`events/tests/fixtures/kv_events/`, from `/work/shared/fixtures/vllm/kv_events/`): `frames.bin` is
 //! the captured ZMQ traffic (per message a u32be frame count, then per frame a u32be length and
 //! the bytes), `typed.jsonl` the capture's decoded batches (`decoded.json`'s `typed` field, one
 //! line per message, `ts` kept as Python's `repr` so it parses back to the same float).
 
+#[path = "../../events/tests/kv_capture/mod.rs"]
 mod kv_capture;
 mod zmtp;
 
@@ -12,37 +13,12 @@ use zmtp::container;
 use inferrail_shards::block_hash::{prompt_block_hashes, NONE_HASH};
 use inferrail_sim::engine::block_pool::KvCacheEvent;
 use inferrail_sim::kv_events::{
-    BlockStored, EventMeta, ExternalBlockHash, HashFormat, KvEventBatch, Value, WireEvent,
+    batch_from_engine, wire_event, BlockStored, EventMeta, ExternalBlockHash, HashFormat, Value,
+    WireEvent,
 };
 use kv_capture::typed_batches;
 
-const FRAMES: &[u8] = include_bytes!("fixtures/kv_events/frames.bin");
-
-#[test]
-fn kv_events_every_captured_batch_reencodes_byte_for_byte() {
-    let msgs = container(FRAMES);
-    let typed = typed_batches();
-    assert_eq!(msgs.len(), 14);
-    assert_eq!(typed.len(), msgs.len());
-    let mut kinds = [0usize; 3];
-    for (frames, (seq, topic, batch)) in msgs.iter().zip(&typed) {
-        assert_eq!(frames.len(), 3);
-        assert_eq!(frames[0], topic.as_bytes());
-        assert_eq!(frames[1], seq.to_be_bytes());
-        let ours = batch.encode();
-        assert_eq!(ours.len(), frames[2].len(), "payload length of seq {seq}");
-        assert!(ours == frames[2], "payload bytes of seq {seq} differ");
-        for e in &batch.events {
-            kinds[match e {
-                WireEvent::BlockStored(_) => 0,
-                WireEvent::BlockRemoved(_) => 1,
-                WireEvent::AllBlocksCleared => 2,
-            }] += 1;
-        }
-    }
-    // Every event type of the capture was covered.
-    assert_eq!(kinds, [14, 47, 1]);
-}
+const FRAMES: &[u8] = include_bytes!("../../events/tests/fixtures/kv_events/frames.bin");
 
 /// The engine's own events, turned into wire events with the default [`EventMeta`], encode
 /// exactly as vLLM's for the same blocks: the first captured batch (a 6-block prompt) comes
@@ -64,7 +40,7 @@ fn kv_events_engine_events_match_the_capture() {
         block_size: 32,
         extra_keys: vec![None; 6],
     }];
-    let ours = KvEventBatch::from_engine(first.ts, &engine_events, Some(0), &EventMeta::default());
+    let ours = batch_from_engine(first.ts, &engine_events, Some(0), &EventMeta::default());
     assert_eq!(&ours, first);
     assert_eq!(ours.encode(), container(FRAMES)[0][2]);
 
@@ -85,9 +61,9 @@ fn kv_events_engine_events_match_the_capture() {
     let ev = KvCacheEvent::BlockRemoved {
         block_hashes: vec![digest],
     };
-    assert_eq!(&WireEvent::from_engine(&ev, &EventMeta::default()), removed);
+    assert_eq!(&wire_event(&ev, &EventMeta::default()), removed);
     assert_eq!(
-        WireEvent::from_engine(&KvCacheEvent::AllBlocksCleared, &EventMeta::default()),
+        wire_event(&KvCacheEvent::AllBlocksCleared, &EventMeta::default()),
         WireEvent::AllBlocksCleared
     );
 }
@@ -101,7 +77,7 @@ fn kv_events_bytes_hashes_and_optional_fields() {
     let ev = KvCacheEvent::BlockRemoved {
         block_hashes: vec![NONE_HASH],
     };
-    let batch = KvEventBatch::from_engine(1.0, &[ev], None, &meta);
+    let batch = batch_from_engine(1.0, &[ev], None, &meta);
     let bytes = batch.encode();
     // [ts, events] without the rank; the hash as bin8 of 32 bytes.
     assert_eq!(bytes[0], 0x92);

@@ -1,8 +1,9 @@
 //! The KV event replay ROUTER socket against a hand-written ZMTP DEALER client: frame parity
-//! with a real vLLM 0.32 capture (`tests/fixtures/kv_events/replay_frames.bin` and
+//! with a real vLLM 0.32 capture (`events/tests/fixtures/kv_events/replay_frames.bin` and
 //! `replay_from5_frames.bin`, from `/work/shared/fixtures/vllm/kv_events/`, answers to
 //! start_seq 0 and 5), the `buffer_steps` window and ignored malformed requests.
 
+#[path = "../../events/tests/kv_capture/mod.rs"]
 mod kv_capture;
 mod zmtp;
 
@@ -16,8 +17,9 @@ use inferrail_sim::kv_events::{
 };
 use zmtp::{container, Zmtp};
 
-const REPLAY_0: &[u8] = include_bytes!("fixtures/kv_events/replay_frames.bin");
-const REPLAY_5: &[u8] = include_bytes!("fixtures/kv_events/replay_from5_frames.bin");
+const REPLAY_0: &[u8] = include_bytes!("../../events/tests/fixtures/kv_events/replay_frames.bin");
+const REPLAY_5: &[u8] =
+    include_bytes!("../../events/tests/fixtures/kv_events/replay_from5_frames.bin");
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use common::{keys, parse_raw, Client, Raw};
 use inferrail_shards::block_hash::as_event_int;
 use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
-use inferrail_sim::kv_events::{EventMeta, KvEventBatch};
+use inferrail_sim::kv_events::{batch_from_engine, EventMeta};
 use inferrail_sim::server::{SimOptions, SimServer};
 use serde_json::Value;
 use zmtp::container;
@@ -32,6 +32,22 @@ fn fixture(name: &str) -> Vec<u8> {
         "tests",
         "fixtures",
         "vllm_http_extra",
+        name,
+    ]
+    .iter()
+    .collect();
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A file of the salted KV event capture, kept with the codec in `events/tests/fixtures/`.
+fn salted_events(name: &str) -> Vec<u8> {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "events",
+        "tests",
+        "fixtures",
+        "kv_events_salted",
         name,
     ]
     .iter()
@@ -156,7 +172,7 @@ fn completion_with_cache_salt_is_accepted() {
 /// ids: the same block hashes bit for bit, the same `cached_tokens` as the responses 08–12.
 #[test]
 fn cache_salt_block_hashes_match_vllm_kv_events() {
-    let decoded: Value = serde_json::from_slice(&fixture("kv_events/decoded.json")).unwrap();
+    let decoded: Value = serde_json::from_slice(&salted_events("decoded.json")).unwrap();
     let stored = |seq: u64| -> (Vec<u32>, Vec<u64>) {
         let batch = decoded
             .as_array()
@@ -390,9 +406,9 @@ fn request_id_headers_as_captured() {
 /// its events are encoded with the default metadata and the captured timestamp.
 #[test]
 fn cache_salt_block_stored_payload_matches_vllm_bytes() {
-    let msgs = container(&fixture("kv_events/frames.bin"));
+    let msgs = container(&salted_events("frames.bin"));
     assert_eq!(msgs.len(), 4);
-    let decoded: Value = serde_json::from_slice(&fixture("kv_events/decoded.json")).unwrap();
+    let decoded: Value = serde_json::from_slice(&salted_events("decoded.json")).unwrap();
     let e = &decoded[1]["typed"]["events"][0];
     assert_eq!(e["extra_keys"][0], serde_json::json!(["abc"]));
     let tokens: Vec<u32> = e["token_ids"]
@@ -428,7 +444,7 @@ fn cache_salt_block_stored_payload_matches_vllm_bytes() {
             .flat_map(|o| o.kv_events)
             .collect();
         assert_eq!(events.len(), 1, "seq {seq}: one BlockStored");
-        let ours = KvEventBatch::from_engine(ts, &events, Some(0), &EventMeta::default()).encode();
+        let ours = batch_from_engine(ts, &events, Some(0), &EventMeta::default()).encode();
         if let Some(salt) = salt {
             let mut key = vec![0x91, 0xa0 | salt.len() as u8];
             key.extend_from_slice(salt.as_bytes());

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::zmq::PublisherConfig;
+use inferrail_events::PublisherConfig;
 
 /// vLLM's `KVEventsConfig`, with its defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -22,7 +22,7 @@ pub struct KvEventsConfig {
     /// How many of the latest batches the replay socket can serve.
     pub buffer_steps: usize,
     /// The PUB high-water mark. Accepted for compatibility; the simulator's publisher drops a
-    /// subscriber that stops reading instead (see [`super::zmq`]).
+    /// subscriber that stops reading instead (see [`inferrail_events::publisher`]).
     pub hwm: usize,
     /// Batches queued for the publisher thread before new ones are dropped (vLLM's Python
     /// `Queue(maxsize=0)` is unbounded; 0 is taken as the default, 100,000).

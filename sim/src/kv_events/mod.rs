@@ -1,20 +1,18 @@
-//! KV cache events in vLLM 0.32's format: the msgspec/msgpack payload ([`encode`]), the ZMQ
-//! PUB socket that publishes it ([`zmq`]) and the ROUTER socket that replays it ([`replay`]),
-//! as `vllm/distributed/kv_events.py` does, set up by `--kv-events-config` ([`config`]).
+//! KV cache events in vLLM 0.32's format, as the simulated engine publishes them: the codec and
+//! the PUB and ROUTER sockets come from [`inferrail_events`] (shared with the gateway, which
+//! subscribes); this module adds `--kv-events-config` ([`config`]) and turns the engine's block
+//! pool events into wire batches ([`engine`]).
 //!
 //! The engine turns each step's [`crate::engine::block_pool::KvCacheEvent`]s into a
-//! [`KvEventBatch`] ([`KvEventBatch::from_engine`]) and hands it to a [`KvEventPublisher`],
-//! which never blocks the caller: encoding and sockets live on the publisher's own thread.
+//! [`KvEventBatch`] ([`batch_from_engine`]) and hands it to a [`KvEventPublisher`], which never
+//! blocks the caller: encoding and sockets live on the publisher's own thread.
 
 pub mod config;
-pub mod encode;
-pub mod replay;
-pub mod zmq;
+pub mod engine;
 
 pub use config::KvEventsConfig;
-pub use encode::{
-    BlockRemoved, BlockStored, EventMeta, ExternalBlockHash, HashFormat, KvEventBatch, Value,
-    WireEvent, Writer,
+pub use engine::{batch_from_engine, external_hash, extra_key_value, wire_event, EventMeta};
+pub use inferrail_events::{
+    BlockRemoved, BlockStored, ExternalBlockHash, HashFormat, KvEventBatch, KvEventPublisher,
+    PublisherConfig, PublisherError, Value, WireEvent, Writer, END_SEQ,
 };
-pub use replay::END_SEQ;
-pub use zmq::{KvEventPublisher, PublisherConfig, PublisherError};

@@ -12,7 +12,7 @@
 //! next one); the real arrival time is kept here for the metrics (TTFT, e2e, queue time).
 //!
 //! KV events (`--kv-events-config`): at each step's end, before its tokens are delivered, the
-//! block pool's events of that step become one [`KvEventBatch`] stamped with the wall clock,
+//! block pool's events of that step become one [`crate::kv_events::KvEventBatch`] stamped with the wall clock,
 //! queued on the publisher without blocking; steps without events publish nothing, as in vLLM.
 
 use std::cell::{Cell, RefCell};
@@ -29,7 +29,7 @@ use crate::engine::{
     AddRequestError, FinishReason, FinishedRequest, Request, RequestId, Scheduler, SchedulerStats,
     StepOutput,
 };
-use crate::kv_events::{EventMeta, HashFormat, KvEventBatch, KvEventPublisher};
+use crate::kv_events::{batch_from_engine, EventMeta, HashFormat, KvEventPublisher};
 use crate::openai::Finish;
 use crate::prom::{self, VllmMetrics};
 
@@ -186,7 +186,7 @@ impl Core {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        publisher.publish(KvEventBatch::from_engine(ts, &events, Some(0), meta));
+        publisher.publish(batch_from_engine(ts, &events, Some(0), meta));
     }
 
     /// Real seconds since the server started.

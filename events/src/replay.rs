@@ -1,7 +1,7 @@
 //! vLLM's KV event replay socket: a ZMQ ROUTER (ZMTP 3.0, NULL mechanism, hand-written on
-//! blocking `std::net` like [`super::zmq`]) serving the latest published batches again.
+//! blocking `std::net` like [`crate::publisher`]) serving the latest published batches again.
 //!
-//! The protocol, as a real vLLM 0.32 answers it (`tests/fixtures/kv_events/replay_*`):
+//! The protocol, as a real vLLM 0.32 answers it (`events/tests/fixtures/kv_events/replay_*`):
 //! - **Request.** A client (normally a DEALER) sends the two-frame message
 //!   `["", start_seq]`, `start_seq` a big-endian integer (8 bytes). vLLM's ROUTER sees
 //!   `[identity, "", start_seq]`; any other shape is ignored (vLLM logs a warning).
@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use super::zmq::{
-    lock, parse_endpoint, read_frame, write_frame, zmtp_handshake, PublisherError, Target,
-};
+use crate::lock;
+use crate::publisher::PublisherError;
+use crate::zmtp::{self, read_frame, write_frame, Target};
 
 /// vLLM's end-of-replay sequence number, `(-1).to_bytes(8, "big", signed=True)`.
 pub const END_SEQ: [u8; 8] = [0xff; 8];
@@ -99,7 +99,7 @@ impl ReplayServer {
         buffer_steps: usize,
         send_timeout: Duration,
     ) -> Result<Self, PublisherError> {
-        let addr = match parse_endpoint(endpoint)? {
+        let addr = match zmtp::parse_endpoint(endpoint)? {
             Target::Bind(a) | Target::Connect(a) => a,
         };
         let bind_err = |source| PublisherError::Bind {
@@ -218,18 +218,21 @@ pub(crate) fn write_end_marker(out: &mut Vec<u8>) {
     write_frame(out, b"", false, false);
 }
 
+/// The largest frame a replay client may send (a request is an empty frame and 8 bytes).
+const MAX_REQUEST_FRAME: u64 = 1 << 16;
+
 fn serve_client(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    zmtp_handshake(&mut stream, b"ROUTER", &[b"DEALER", b"REQ", b"ROUTER"])?;
+    zmtp::handshake(&mut stream, b"ROUTER", &[b"DEALER", b"REQ", b"ROUTER"])?;
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(Some(shared.send_timeout))?;
     let mut message: Vec<Vec<u8>> = Vec::new();
     let mut out = Vec::new();
     while !shared.shutdown.load(Ordering::SeqCst) {
-        let frame = read_frame(&mut stream)?;
+        let frame = read_frame(&mut stream, MAX_REQUEST_FRAME)?;
         if frame.command {
             // PING and other commands carry no request.
             continue;

@@ -3,7 +3,7 @@
 //! the encoding and replay tests.
 #![allow(dead_code)]
 
-use inferrail_sim::kv_events::{
+use inferrail_events::{
     BlockRemoved, BlockStored, ExternalBlockHash, KvEventBatch, Value, WireEvent,
 };
 use serde_json::Value as Json;
@@ -84,6 +84,15 @@ fn event(e: &Json) -> WireEvent {
         }),
         "AllBlocksCleared" => WireEvent::AllBlocksCleared,
         t => panic!("unknown event type {t}"),
+    }
+}
+
+/// A batch from a JSON object `{ts, events, data_parallel_rank}` whose `ts` is a number.
+pub fn batch_from_json(j: &Json) -> KvEventBatch {
+    KvEventBatch {
+        ts: j["ts"].as_f64().unwrap(),
+        events: j["events"].as_array().unwrap().iter().map(event).collect(),
+        data_parallel_rank: opt_int(&j["data_parallel_rank"]),
     }
 }
 

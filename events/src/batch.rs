@@ -1,8 +1,8 @@
-//! vLLM 0.32's KV event wire format, byte for byte: a hand-written msgpack writer ([`Writer`])
-//! and the msgspec encoding of `vllm/distributed/kv_events.py`'s `KVEventBatch` and its events.
+//! vLLM 0.32's KV event wire types and their msgspec encoding (with [`crate::msgpack::Writer`]),
+//! byte for byte as `vllm/distributed/kv_events.py` writes `KVEventBatch` and its events.
 //!
 //! How msgspec lays these out (checked against a real vLLM 0.32 capture, see
-//! `tests/kv_events_encode.rs`):
+//! `sim/tests/kv_events_encode.rs` and `events/tests/fixtures.rs`):
 //! - `KVEventBatch` is an `array_like` struct with `omit_defaults`: `[ts, events,
 //!   data_parallel_rank]`, the trailing `data_parallel_rank` left out when it is `None` (its
 //!   default). `ts` is always a float64.
@@ -18,169 +18,7 @@
 //!   `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`) or, with that variable set to 0, the 32-byte
 //!   digest as msgpack bin.
 
-use crate::engine::block_pool::{BlockHash, KvCacheEvent};
-use inferrail_shards::block_hash::{as_event_int, ExtraKey};
-
-/// A minimal msgpack writer producing msgspec's encoding of each value.
-#[derive(Debug, Default, Clone)]
-pub struct Writer {
-    buf: Vec<u8>,
-}
-
-impl Writer {
-    /// An empty writer.
-    pub fn new() -> Self {
-        Writer::default()
-    }
-
-    /// An empty writer with room for `cap` bytes.
-    pub fn with_capacity(cap: usize) -> Self {
-        Writer {
-            buf: Vec::with_capacity(cap),
-        }
-    }
-
-    /// The bytes written so far.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf
-    }
-
-    /// The bytes written.
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.buf
-    }
-
-    /// `nil` (Python `None`).
-    pub fn nil(&mut self) {
-        self.buf.push(0xc0);
-    }
-
-    /// `true` / `false`.
-    pub fn bool(&mut self, v: bool) {
-        self.buf.push(if v { 0xc3 } else { 0xc2 });
-    }
-
-    /// A non-negative integer in its smallest form.
-    pub fn uint(&mut self, v: u64) {
-        if v < 0x80 {
-            self.buf.push(v as u8);
-        } else if v <= u64::from(u8::MAX) {
-            self.buf.extend_from_slice(&[0xcc, v as u8]);
-        } else if v <= u64::from(u16::MAX) {
-            self.buf.push(0xcd);
-            self.buf.extend_from_slice(&(v as u16).to_be_bytes());
-        } else if v <= u64::from(u32::MAX) {
-            self.buf.push(0xce);
-            self.buf.extend_from_slice(&(v as u32).to_be_bytes());
-        } else {
-            self.buf.push(0xcf);
-            self.buf.extend_from_slice(&v.to_be_bytes());
-        }
-    }
-
-    /// A signed integer in its smallest form (non-negative values as unsigned, like msgspec).
-    pub fn int(&mut self, v: i64) {
-        if v >= 0 {
-            self.uint(v as u64);
-        } else if v >= -32 {
-            self.buf.push(v as i8 as u8);
-        } else if v >= i64::from(i8::MIN) {
-            self.buf.extend_from_slice(&[0xd0, v as i8 as u8]);
-        } else if v >= i64::from(i16::MIN) {
-            self.buf.push(0xd1);
-            self.buf.extend_from_slice(&(v as i16).to_be_bytes());
-        } else if v >= i64::from(i32::MIN) {
-            self.buf.push(0xd2);
-            self.buf.extend_from_slice(&(v as i32).to_be_bytes());
-        } else {
-            self.buf.push(0xd3);
-            self.buf.extend_from_slice(&v.to_be_bytes());
-        }
-    }
-
-    /// A float, always as float64 (msgspec never narrows floats).
-    pub fn f64(&mut self, v: f64) {
-        self.buf.push(0xcb);
-        self.buf.extend_from_slice(&v.to_bits().to_be_bytes());
-    }
-
-    /// A UTF-8 string.
-    pub fn str(&mut self, s: &str) {
-        let n = s.len();
-        if n < 32 {
-            self.buf.push(0xa0 | n as u8);
-        } else if n <= usize::from(u8::MAX) {
-            self.buf.extend_from_slice(&[0xd9, n as u8]);
-        } else if n <= usize::from(u16::MAX) {
-            self.buf.push(0xda);
-            self.buf.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            self.buf.push(0xdb);
-            self.buf.extend_from_slice(&len32(n).to_be_bytes());
-        }
-        self.buf.extend_from_slice(s.as_bytes());
-    }
-
-    /// Binary data (Python `bytes`).
-    pub fn bin(&mut self, b: &[u8]) {
-        let n = b.len();
-        if n <= usize::from(u8::MAX) {
-            self.buf.extend_from_slice(&[0xc4, n as u8]);
-        } else if n <= usize::from(u16::MAX) {
-            self.buf.push(0xc5);
-            self.buf.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            self.buf.push(0xc6);
-            self.buf.extend_from_slice(&len32(n).to_be_bytes());
-        }
-        self.buf.extend_from_slice(b);
-    }
-
-    /// The header of an array of `n` elements (which the caller writes next).
-    pub fn array_len(&mut self, n: usize) {
-        if n < 16 {
-            self.buf.push(0x90 | n as u8);
-        } else if n <= usize::from(u16::MAX) {
-            self.buf.push(0xdc);
-            self.buf.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            self.buf.push(0xdd);
-            self.buf.extend_from_slice(&len32(n).to_be_bytes());
-        }
-    }
-
-    /// The header of a map of `n` pairs (which the caller writes next, key then value).
-    pub fn map_len(&mut self, n: usize) {
-        if n < 16 {
-            self.buf.push(0x80 | n as u8);
-        } else if n <= usize::from(u16::MAX) {
-            self.buf.push(0xde);
-            self.buf.extend_from_slice(&(n as u16).to_be_bytes());
-        } else {
-            self.buf.push(0xdf);
-            self.buf.extend_from_slice(&len32(n).to_be_bytes());
-        }
-    }
-
-    fn opt_str(&mut self, v: Option<&str>) {
-        match v {
-            Some(s) => self.str(s),
-            None => self.nil(),
-        }
-    }
-
-    fn opt_int(&mut self, v: Option<i64>) {
-        match v {
-            Some(i) => self.int(i),
-            None => self.nil(),
-        }
-    }
-}
-
-fn len32(n: usize) -> u32 {
-    // msgpack cannot represent longer values; a KV event never comes close.
-    u32::try_from(n).expect("msgpack value longer than u32::MAX")
-}
+use crate::msgpack::Writer;
 
 /// A generic Python value, for the contents of `extra_keys` tuples.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,19 +37,6 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// `tuple` or `list`.
     Array(Vec<Value>),
-}
-
-impl From<&ExtraKey> for Value {
-    /// The msgpack form of a hash extra key (`str`, `int`, `bytes`, nested `tuple`s, `None`).
-    fn from(k: &ExtraKey) -> Self {
-        match k {
-            ExtraKey::None => Value::Nil,
-            ExtraKey::Int(i) => Value::Int(*i),
-            ExtraKey::Str(s) => Value::Str(s.clone()),
-            ExtraKey::Bytes(b) => Value::Bytes(b.clone()),
-            ExtraKey::Tuple(items) => Value::Array(items.iter().map(Value::from).collect()),
-        }
-    }
 }
 
 impl Value {
@@ -244,14 +69,6 @@ pub enum ExternalBlockHash {
 }
 
 impl ExternalBlockHash {
-    /// The wire form of a full digest in the given format.
-    pub fn from_digest(h: &BlockHash, format: HashFormat) -> Self {
-        match format {
-            HashFormat::Int => ExternalBlockHash::Int(as_event_int(h)),
-            HashFormat::Bytes => ExternalBlockHash::Bytes(h.to_vec()),
-        }
-    }
-
     fn encode(&self, w: &mut Writer) {
         match self {
             ExternalBlockHash::Int(i) => w.uint(*i),
@@ -336,87 +153,7 @@ pub enum WireEvent {
     AllBlocksCleared,
 }
 
-/// What the engine's own events do not carry, filled in as vLLM 0.32 does for one
-/// full-attention KV cache group on the GPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventMeta {
-    /// `medium` (`"GPU"`).
-    pub medium: Option<String>,
-    /// `group_idx` (`0`).
-    pub group_idx: Option<i64>,
-    /// `kv_cache_spec_kind` of stored blocks (`"full_attention"`).
-    pub kv_cache_spec_kind: Option<String>,
-    /// `lora_id` (`None`).
-    pub lora_id: Option<i64>,
-    /// `lora_name` (`None`).
-    pub lora_name: Option<String>,
-    /// How hashes are written.
-    pub hash_format: HashFormat,
-}
-
-impl Default for EventMeta {
-    fn default() -> Self {
-        EventMeta {
-            medium: Some("GPU".into()),
-            group_idx: Some(0),
-            kv_cache_spec_kind: Some("full_attention".into()),
-            lora_id: None,
-            lora_name: None,
-            hash_format: HashFormat::Int,
-        }
-    }
-}
-
 impl WireEvent {
-    /// The wire form of a block pool event. `extra_keys` is the engine's, one entry per block
-    /// (`None` for a block without extra keys, `[salt]` for a salted request's first block).
-    pub fn from_engine(ev: &KvCacheEvent, meta: &EventMeta) -> Self {
-        let conv = |hs: &[BlockHash]| {
-            hs.iter()
-                .map(|h| ExternalBlockHash::from_digest(h, meta.hash_format))
-                .collect::<Vec<_>>()
-        };
-        match ev {
-            KvCacheEvent::BlockStored {
-                block_hashes,
-                parent_block_hash,
-                token_ids,
-                block_size,
-                extra_keys,
-            } => WireEvent::BlockStored(BlockStored {
-                block_hashes: conv(block_hashes),
-                parent_block_hash: parent_block_hash
-                    .as_ref()
-                    .map(|h| ExternalBlockHash::from_digest(h, meta.hash_format)),
-                token_ids: token_ids.clone(),
-                block_size: *block_size as u64,
-                lora_id: meta.lora_id,
-                medium: meta.medium.clone(),
-                lora_name: meta.lora_name.clone(),
-                extra_keys: Some(
-                    extra_keys
-                        .iter()
-                        .map(|k| k.as_ref().map(|ks| ks.iter().map(Value::from).collect()))
-                        .collect(),
-                ),
-                group_idx: meta.group_idx,
-                kv_cache_spec_kind: meta.kv_cache_spec_kind.clone(),
-                kv_cache_spec_sliding_window: None,
-                locality: None,
-                ownership: None,
-                session_id: None,
-            }),
-            KvCacheEvent::BlockRemoved { block_hashes } => WireEvent::BlockRemoved(BlockRemoved {
-                block_hashes: conv(block_hashes),
-                medium: meta.medium.clone(),
-                group_idx: meta.group_idx,
-                locality: None,
-                ownership: None,
-            }),
-            KvCacheEvent::AllBlocksCleared => WireEvent::AllBlocksCleared,
-        }
-    }
-
     /// Writes the event as msgspec does (a map tagged by `"type"`).
     pub fn encode(&self, w: &mut Writer) {
         match self {
@@ -526,23 +263,6 @@ pub struct KvEventBatch {
 }
 
 impl KvEventBatch {
-    /// A batch of block pool events, stamped `ts`, for data-parallel rank `dp_rank`.
-    pub fn from_engine(
-        ts: f64,
-        events: &[KvCacheEvent],
-        dp_rank: Option<i64>,
-        meta: &EventMeta,
-    ) -> Self {
-        KvEventBatch {
-            ts,
-            events: events
-                .iter()
-                .map(|e| WireEvent::from_engine(e, meta))
-                .collect(),
-            data_parallel_rank: dp_rank,
-        }
-    }
-
     /// Writes the batch as msgspec does (the publisher's payload frame).
     pub fn encode_into(&self, w: &mut Writer) {
         w.array_len(if self.data_parallel_rank.is_some() {
