@@ -1,4 +1,5 @@
-//! The approximate KV index: which leading blocks of a prompt each replica probably holds.
+//! The KV index: which leading blocks of a prompt each replica holds. The approximate index
+//! predicts it from routing; [`EngineMirror`] follows an engine's own KV events exactly.
 //!
 //! Every routed prompt is recorded on the replica it went to, in a shadow LRU as large as that
 //! replica's KV cache ([`ReplicaBlocks`]); what an attempt recorded is taken back when the engine
@@ -8,6 +9,7 @@
 
 mod error;
 mod hasher;
+mod mirror;
 #[cfg(test)]
 mod reference;
 mod replica_blocks;
@@ -15,6 +17,9 @@ mod reply;
 mod shards;
 
 pub use error::IndexError;
+pub use mirror::{
+    EngineBlockId, EngineMirror, Medium, MirrorCounters, MirrorMatch, StoreRefused, StoredBlocks,
+};
 pub use replica_blocks::{RecordUndo, ReplicaBlocks, MAX_CAPACITY_BLOCKS};
 pub use reply::{LookupReply, StatsReply};
 pub use shards::{shard_of, IndexConfig, IndexShards, RecordTicket, ReplicaIndexStats};

@@ -1,0 +1,251 @@
+use super::*;
+use crate::prefix_hash::block_hashes;
+use proptest::prelude::*;
+
+const BS: usize = 4;
+
+fn salt() -> HashSalt {
+    HashSalt::new("m", None, None)
+}
+
+fn ids(range: std::ops::Range<u64>) -> Vec<EngineBlockId> {
+    range.map(EngineBlockId::from_int).collect()
+}
+
+fn tokens(n_blocks: usize, seed: u32) -> Vec<u32> {
+    (0..(n_blocks * BS) as u32).map(|t| t * 31 + seed).collect()
+}
+
+fn run<'a>(
+    engine_ids: &'a [EngineBlockId],
+    parent: Option<EngineBlockId>,
+    token_ids: &'a [u32],
+    medium: Medium,
+) -> StoredBlocks<'a> {
+    StoredBlocks {
+        engine_ids,
+        parent,
+        token_ids,
+        block_size: BS,
+        salt: salt(),
+        extra: &[],
+        medium,
+    }
+}
+
+#[test]
+fn a_stored_prompt_matches_the_routers_own_hashes_of_it() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(6, 1);
+    let first = ids(0..4);
+    let names = m.stored(run(&first, None, &t[..16], Medium::Gpu)).unwrap();
+    // The continuation names its blocks from the parent's chain value.
+    let rest = ids(4..6);
+    m.stored(run(&rest, Some(first[3]), &t[16..], Medium::Gpu))
+        .unwrap();
+    let prompt = block_hashes(&salt(), &t, BS);
+    assert_eq!(names, prompt[..4]);
+    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 6, any: 6 });
+    // A longer prompt matches the held prefix; another salt matches nothing.
+    let longer = block_hashes(&salt(), &[t.clone(), vec![9; 8]].concat(), BS);
+    assert_eq!(m.matched(&longer).gpu, 6);
+    let other = block_hashes(&HashSalt::new("m", None, Some("s")), &t, BS);
+    assert_eq!(m.matched(&other), MirrorMatch::default());
+    assert_eq!(m.len(), 6);
+}
+
+#[test]
+fn copies_are_counted_and_the_last_removal_drops_the_block() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(2, 2);
+    let id = ids(0..2);
+    m.stored(run(&id, None, &t, Medium::Gpu)).unwrap();
+    // vLLM re-stores a block under a new physical copy with the same hash.
+    m.stored(run(&id[1..], Some(id[0]), &t[4..], Medium::Gpu))
+        .unwrap();
+    let prompt = block_hashes(&salt(), &t, BS);
+    assert_eq!(m.removed(&id[1..], Medium::Gpu), 0);
+    assert_eq!(m.matched(&prompt).gpu, 2, "one copy of block 1 is left");
+    assert_eq!(m.removed(&id[1..], Medium::Gpu), 0);
+    assert_eq!(m.matched(&prompt).gpu, 1);
+    // A removal of something not held is counted, and changes nothing.
+    assert_eq!(m.removed(&id[1..], Medium::Gpu), 1);
+    assert_eq!(m.removed(&id[..1], Medium::Cpu), 1);
+    assert_eq!(m.counters().unknown_removed, 2);
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn offloaded_blocks_count_as_held_but_not_on_the_gpu() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(4, 3);
+    let id = ids(0..4);
+    m.stored(run(&id, None, &t, Medium::Gpu)).unwrap();
+    // The last two blocks are offloaded to CPU, then evicted from the GPU.
+    m.stored(run(&id[2..], Some(id[1]), &t[8..], Medium::Cpu))
+        .unwrap();
+    m.removed(&id[2..], Medium::Gpu);
+    let prompt = block_hashes(&salt(), &t, BS);
+    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 2, any: 4 });
+    assert_eq!(Medium::parse(Some("STORAGE")), Medium::Storage);
+    assert_eq!(Medium::parse(Some("cpu")), Medium::Cpu);
+    assert_eq!(Medium::parse(None), Medium::Gpu);
+}
+
+#[test]
+fn refusals_leave_the_mirror_as_it_was() {
+    let mut m = EngineMirror::new(3);
+    let t = tokens(4, 4);
+    let id = ids(0..4);
+    assert_eq!(
+        m.stored(run(&id[1..], Some(id[0]), &t[4..], Medium::Gpu)),
+        Err(StoreRefused::Orphan)
+    );
+    assert_eq!(
+        m.stored(run(&id, None, &t[..15], Medium::Gpu)),
+        Err(StoreRefused::Shape)
+    );
+    assert_eq!(
+        m.stored(run(&id, None, &t, Medium::Gpu)),
+        Err(StoreRefused::Full)
+    );
+    assert!(m.is_empty());
+    m.stored(run(&id[..3], None, &t[..12], Medium::Gpu))
+        .unwrap();
+    // Re-storing held blocks is not growth.
+    m.stored(run(&id[..3], None, &t[..12], Medium::Cpu))
+        .unwrap();
+    let c = m.counters();
+    assert_eq!((c.orphans, c.malformed, c.full, c.stored), (1, 1, 1, 6));
+    m.cleared();
+    assert!(m.is_empty());
+    assert_eq!(
+        m.matched(&block_hashes(&salt(), &t, BS)),
+        MirrorMatch::default()
+    );
+}
+
+#[test]
+fn extra_keys_set_a_block_apart_from_text_only_predictions() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(2, 5);
+    let id = ids(0..2);
+    let extra = [None, Some(77u128)];
+    m.stored(StoredBlocks {
+        extra: &extra,
+        ..run(&id, None, &t, Medium::Gpu)
+    })
+    .unwrap();
+    let prompt = block_hashes(&salt(), &t, BS);
+    assert_eq!(m.matched(&prompt).gpu, 1);
+}
+
+#[test]
+fn bytes_per_block_stay_bounded() {
+    let n = 100_000u64;
+    let mut m = EngineMirror::new(n as usize);
+    let t = tokens(1, 6);
+    for i in 0..n {
+        let id = [EngineBlockId::from_int(i)];
+        let salt = HashSalt::new("m", None, Some(&i.to_string()));
+        m.stored(StoredBlocks {
+            salt,
+            ..run(&id, None, &t, Medium::Gpu)
+        })
+        .unwrap();
+    }
+    let per_block = m.bytes() / n as usize;
+    // Two tables of 16-byte keys with their values: under 128 bytes a block when full.
+    assert!(per_block < 128, "{per_block} bytes a block");
+}
+
+/// One operation of a random event stream.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Store blocks `[from, from + n)` of prompt `p`, the first with its parent when `from > 0`.
+    Store {
+        p: usize,
+        from: usize,
+        n: usize,
+        cpu: bool,
+    },
+    /// Remove one copy of block `b` of prompt `p`.
+    Remove {
+        p: usize,
+        b: usize,
+        cpu: bool,
+    },
+    Clear,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..4usize, 0..6usize, 1..4usize, any::<bool>())
+            .prop_map(|(p, from, n, cpu)| Op::Store { p, from, n, cpu }),
+        4 => (0..4usize, 0..8usize, any::<bool>()).prop_map(|(p, b, cpu)| Op::Remove { p, b, cpu }),
+        1 => Just(Op::Clear),
+    ]
+}
+
+proptest! {
+    /// Against a naive multiset of (prompt, block, medium) copies: the mirror holds a block
+    /// exactly while some copy of it is held, a run whose parent is not held is refused, and
+    /// `matched` is the naive leading count for every prompt.
+    #[test]
+    fn agrees_with_a_naive_multiset(ops in proptest::collection::vec(op(), 0..80)) {
+        const BLOCKS: usize = 8;
+        let prompts: Vec<Vec<u32>> = (0..4).map(|p| tokens(BLOCKS, p as u32 * 1000)).collect();
+        // Prompts 0 and 1 share their first two blocks' tokens.
+        let mut prompts = prompts;
+        let shared: Vec<u32> = prompts[0][..2 * BS].to_vec();
+        prompts[1][..2 * BS].copy_from_slice(&shared);
+        let names: Vec<Vec<BlockHash>> = prompts.iter().map(|t| block_hashes(&salt(), t, BS)).collect();
+        // The engine names a block by its content: equal router names, equal engine ids.
+        let eid = |p: usize, b: usize| EngineBlockId(names[p][b].0 ^ 0x5a5a);
+        let mut naive: Vec<(BlockHash, usize)> = Vec::new(); // (name, medium index) per copy
+        let mut m = EngineMirror::new(1_000);
+        for o in ops {
+            match o {
+                Op::Store { p, from, n, cpu } => {
+                    let to = (from + n).min(BLOCKS);
+                    let ids: Vec<EngineBlockId> = (from..to).map(|b| eid(p, b)).collect();
+                    let parent = (from > 0).then(|| eid(p, from - 1));
+                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                    let parent_held = from == 0 || naive.iter().any(|(h, _)| *h == names[p][from - 1]);
+                    let r = m.stored(run(&ids, parent, &prompts[p][from * BS..to * BS], medium));
+                    prop_assert_eq!(r.is_ok(), parent_held);
+                    if parent_held {
+                        for &h in &names[p][from..to] {
+                            naive.push((h, medium.index()));
+                        }
+                    }
+                }
+                Op::Remove { p, b, cpu } => {
+                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                    let unknown = m.removed(&[eid(p, b)], medium);
+                    match naive.iter().position(|&(h, mi)| h == names[p][b] && mi == medium.index()) {
+                        Some(i) => {
+                            naive.swap_remove(i);
+                            prop_assert_eq!(unknown, 0);
+                        }
+                        None => prop_assert_eq!(unknown, 1),
+                    }
+                }
+                Op::Clear => {
+                    m.cleared();
+                    naive.clear();
+                }
+            }
+            for prompt in &names {
+                let held = |h: &BlockHash, gpu: bool| naive.iter().any(|(x, mi)| x == h && (!gpu || *mi == 0));
+                let any = prompt.iter().take_while(|h| held(h, false)).count();
+                let gpu = prompt.iter().take_while(|h| held(h, true)).count();
+                prop_assert_eq!(m.matched(prompt), MirrorMatch { gpu, any });
+            }
+            let mut distinct: Vec<BlockHash> = naive.iter().map(|(h, _)| *h).collect();
+            distinct.sort_by_key(|h| h.0);
+            distinct.dedup();
+            prop_assert_eq!(m.len(), distinct.len());
+        }
+    }
+}
