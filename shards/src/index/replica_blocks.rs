@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The "no node" link.
 const NIL: u32 = u32::MAX;
 
-/// The most blocks one replica can hold: slots are `u32` and [`NIL`] is reserved, and a record
+/// The most blocks one replica can hold: slots are `u32` and `NIL` is reserved, and a record
 /// may hold up to twice the capacity for a moment before it evicts.
 pub const MAX_CAPACITY_BLOCKS: usize = (u32::MAX / 2) as usize;
 
