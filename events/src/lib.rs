@@ -3,7 +3,8 @@
 //! map-tagged events of vLLM >= 0.26 and the positional arrays of older releases), ZMTP 3.0 with
 //! the NULL mechanism ([`zmtp`]), the PUB socket and ROUTER replay server an engine runs
 //! ([`publisher`], [`replay`]), and the SUB client and DEALER replay client a router runs
-//! ([`subscriber`], [`replay_client`]).
+//! ([`subscriber`], [`replay_client`]), and the sans-IO rules for one stream's sequence
+//! numbers, gaps, replays, restarts and sync state ([`stream`]).
 //!
 //! Shared by the simulator (which publishes) and the gateway (which subscribes), so both speak
 //! one implementation. It owns bytes and blocking sockets on its own threads; it never touches
@@ -16,6 +17,7 @@ pub mod msgpack;
 pub mod publisher;
 pub mod replay;
 pub mod replay_client;
+pub mod stream;
 pub mod subscriber;
 pub mod zmtp;
 
