@@ -9,34 +9,12 @@
 mod kv_capture;
 
 use inferrail_events::{decode_batch, KvEventBatch, Value, WireEvent, END_SEQ};
-use kv_capture::{batch_from_json, typed_batches};
+use kv_capture::{batch_from_json, container, typed_batches};
 
 const FRAMES: &[u8] = include_bytes!("fixtures/kv_events/frames.bin");
 const REPLAY_0: &[u8] = include_bytes!("fixtures/kv_events/replay_frames.bin");
 const SALTED_FRAMES: &[u8] = include_bytes!("fixtures/kv_events_salted/frames.bin");
 const SALTED_DECODED: &str = include_str!("fixtures/kv_events_salted/decoded.json");
-
-/// Messages in the fixtures' container format.
-fn container(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    let u32be = |at: &mut usize| {
-        let v = u32::from_be_bytes(bytes[*at..*at + 4].try_into().unwrap()) as usize;
-        *at += 4;
-        v
-    };
-    while at < bytes.len() {
-        let n = u32be(&mut at);
-        let mut frames = Vec::new();
-        for _ in 0..n {
-            let len = u32be(&mut at);
-            frames.push(bytes[at..at + len].to_vec());
-            at += len;
-        }
-        out.push(frames);
-    }
-    out
-}
 
 fn kinds(batch: &KvEventBatch) -> [usize; 3] {
     let mut k = [0; 3];

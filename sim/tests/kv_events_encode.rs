@@ -6,9 +6,8 @@
 
 #[path = "../../events/tests/kv_capture/mod.rs"]
 mod kv_capture;
-mod zmtp;
 
-use zmtp::container;
+use kv_capture::container;
 
 use inferrail_shards::block_hash::{prompt_block_hashes, NONE_HASH};
 use inferrail_sim::engine::block_pool::KvCacheEvent;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use inferrail_sim::kv_events::{
     KvEventBatch, KvEventPublisher, PublisherConfig, WireEvent, END_SEQ,
 };
-use zmtp::{container, Zmtp};
+use kv_capture::container;
+use zmtp::Zmtp;
 
 const REPLAY_0: &[u8] = include_bytes!("../../events/tests/fixtures/kv_events/replay_frames.bin");
 const REPLAY_5: &[u8] =

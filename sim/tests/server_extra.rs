@@ -12,7 +12,8 @@
 //! for byte against `kv_events/frames.bin`.
 
 mod common;
-mod zmtp;
+#[path = "../../events/tests/kv_capture/mod.rs"]
+mod kv_capture;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -23,8 +24,8 @@ use inferrail_shards::block_hash::as_event_int;
 use inferrail_sim::engine::{KvCacheEvent, LatencyModel, Request, Scheduler, SchedulerConfig};
 use inferrail_sim::kv_events::{batch_from_engine, EventMeta};
 use inferrail_sim::server::{SimOptions, SimServer};
+use kv_capture::container;
 use serde_json::Value;
-use zmtp::container;
 
 fn fixture(name: &str) -> Vec<u8> {
     let p: PathBuf = [

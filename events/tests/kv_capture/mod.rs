@@ -1,6 +1,7 @@
 //! The decoded vLLM 0.32 KV event capture (`fixtures/kv_events/typed.jsonl`: `decoded.json`'s
 //! `typed` field, one batch per line, `ts` kept as Python's `repr`) as wire batches, shared by
-//! the encoding and replay tests.
+//! the encoding and replay tests, and the fixtures' container format of captured messages
+//! ([`container`]).
 #![allow(dead_code)]
 
 use inferrail_events::{
@@ -114,4 +115,27 @@ pub fn typed_batches() -> Vec<(u64, String, KvEventBatch)> {
             )
         })
         .collect()
+}
+
+/// Messages in the fixtures' container format: per message a u32be frame count, then per
+/// frame a u32be length and the bytes.
+pub fn container(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    let u32be = |at: &mut usize| {
+        let v = u32::from_be_bytes(bytes[*at..*at + 4].try_into().unwrap()) as usize;
+        *at += 4;
+        v
+    };
+    while at < bytes.len() {
+        let n = u32be(&mut at);
+        let mut frames = Vec::new();
+        for _ in 0..n {
+            let len = u32be(&mut at);
+            frames.push(bytes[at..at + len].to_vec());
+            at += len;
+        }
+        out.push(frames);
+    }
+    out
 }

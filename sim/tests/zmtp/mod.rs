@@ -22,29 +22,6 @@ pub fn frame(out: &mut Vec<u8>, body: &[u8], more: bool, command: bool) {
     out.extend_from_slice(body);
 }
 
-/// Messages in the fixtures' container format: per message a u32be frame count, then per
-/// frame a u32be length and the bytes.
-pub fn container(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    let u32be = |at: &mut usize| {
-        let v = u32::from_be_bytes(bytes[*at..*at + 4].try_into().unwrap()) as usize;
-        *at += 4;
-        v
-    };
-    while at < bytes.len() {
-        let n = u32be(&mut at);
-        let mut frames = Vec::new();
-        for _ in 0..n {
-            let len = u32be(&mut at);
-            frames.push(bytes[at..at + len].to_vec());
-            at += len;
-        }
-        out.push(frames);
-    }
-    out
-}
-
 impl Zmtp {
     /// Connects as `own` and checks the peer announces `peer`.
     pub fn connect(addr: SocketAddr, own: &str, peer: &str) -> Zmtp {
