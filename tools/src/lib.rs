@@ -1,6 +1,7 @@
 //! Offline tools around the gateway: `calibrate` (measure an engine's prefill time and fit the
 //! cost model, [`calibrate`] and [`nnls`]), the `demo` (a gateway in front of three simulators,
-//! [`demo`]) and the small blocking HTTP client they and the integration tests use ([`client`]).
+//! [`demo`]), `kv-events` (print what an engine's KV event stream carries, read with the
+//! gateway's own subscriber, [`kv_watch`]) and the small blocking HTTP client they and the integration tests use ([`client`]).
 //!
 //! Nothing here is needed by the serving binary at run time: `inferrail` never links this crate
 //! (nor the simulator it pulls in); its `demo` and `calibrate` commands start the
@@ -13,4 +14,5 @@
 pub mod calibrate;
 pub mod client;
 pub mod demo;
+pub mod kv_watch;
 pub mod nnls;

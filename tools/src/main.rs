@@ -18,7 +18,29 @@ usage:
                                   /metrics) over prompts of known cached and uncached length,
                                   fit the cost model and print its YAML (routing.cost_model,
                                   or models[NAME].cost_model with --model); exit 1 on errors
+  inferrail-tools kv-events --endpoint tcp://HOST:PORT [--topic T] [--count N] [--timeout SECS]
+                                  subscribe to an engine's KV events and print each batch as a
+                                  JSON line; exit 1 when nothing arrives within --timeout
+                                  (default 10) or the subscription fails
 ";
+
+/// `inferrail-tools kv-events ...`: 2 on a usage error, 1 when the stream fails or stays silent.
+fn kv_events(args: &[String]) -> ExitCode {
+    use inferrail_tools::kv_watch::{self, WatchError};
+    let result =
+        kv_watch::parse_args(args).and_then(|o| kv_watch::run(&o, &mut std::io::stdout().lock()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(WatchError::Usage(e)) => {
+            eprintln!("inferrail-tools kv-events: {e}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("inferrail-tools kv-events: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
 
 /// `inferrail calibrate ...`: the fit's table on stderr, the YAML fragment on stdout (or
 /// `--out`); 2 on a usage error, 1 when calibration fails.
@@ -81,6 +103,7 @@ fn main() -> ExitCode {
     match args.split_first() {
         Some((cmd, rest)) if cmd == "demo" => demo(rest),
         Some((cmd, rest)) if cmd == "calibrate" => calibrate(rest),
+        Some((cmd, rest)) if cmd == "kv-events" => kv_events(rest),
         Some((cmd, _)) if cmd == "--help" || cmd == "-h" || cmd == "help" => {
             print!("{USAGE}");
             ExitCode::SUCCESS
