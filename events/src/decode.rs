@@ -322,8 +322,8 @@ fn opt_string(r: &mut Reader<'_>) -> Result<Option<String>, DecodeError> {
 fn hash(r: &mut Reader<'_>) -> Result<ExternalBlockHash, DecodeError> {
     let at = r.position();
     match r.peek()? {
-        // A signed 64-bit form holds the same bits (another encoder's choice for values
-        // at or above 2^63 is not possible; for smaller ones it is the same number).
+        // vLLM's hashes are unsigned 64-bit; an encoder writing one in a signed form (a
+        // negative int64) is taken by its bits.
         Kind::Int => {
             let v = r.int()?;
             u64::try_from(v)

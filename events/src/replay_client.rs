@@ -11,7 +11,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::replay::END_SEQ;
-use crate::subscriber::{connect_endpoint, fill, handshake_within, EventMessage, SubscribeError};
+use crate::subscriber::{
+    connect_endpoint, fill, handshake_within, seq_of, EventMessage, SubscribeError,
+};
 use crate::zmtp::decoder::MessageDecoder;
 use crate::zmtp::write_frame;
 
@@ -93,20 +95,19 @@ pub fn replay_from(
                 .frames
                 .try_into()
                 .map_err(|_| ReplayError::Malformed { frames })?;
-            if !empty.is_empty() || seq.len() != 8 {
+            let seq_number = seq_of(&seq).filter(|_| empty.is_empty());
+            let Some(seq_number) = seq_number else {
                 return Err(ReplayError::Malformed { frames });
-            }
+            };
             if seq == END_SEQ {
                 return Ok(out);
             }
             if out.len() == limits.max_batches {
                 return Err(ReplayError::TooMany(limits.max_batches));
             }
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&seq);
             out.push(EventMessage {
                 topic,
-                seq: u64::from_be_bytes(b),
+                seq: seq_number,
                 payload,
             });
         }

@@ -3,7 +3,7 @@
 //! end, the connection lost, an AllBlocksCleared applied, blocks stored) and answers what the
 //! caller does (apply the batch, drop it, hold it while a replay fills a gap, clear the mirror
 //! first, run a replay, wait before reconnecting), and whether the mirror built from the
-//! stream can be trusted ([`Sync`]).
+//! stream can be trusted ([`SyncState`]).
 //!
 //! The rules:
 //! - Sequence numbers count batches from 0 per publisher process. The next expected one is
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 /// Whether the mirror built from the stream can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sync {
+pub enum SyncState {
     /// Every batch since the engine's cache was last known empty has been applied.
     Synced,
     /// Batches may be missing; predictions for this replica must not use the mirror.
@@ -121,7 +121,7 @@ pub struct StreamTracker {
     has_replay: bool,
     /// The next number to apply; `None` before the first batch (or after a failed replay).
     expected: Option<u64>,
-    sync: Sync,
+    sync: SyncState,
     replay: Option<Replay>,
     /// Blocks stored since the stream became unsynced, and how many make it complete again.
     stored_since_resync: u64,
@@ -139,7 +139,7 @@ impl StreamTracker {
             limits,
             has_replay,
             expected: None,
-            sync: Sync::Unsynced(UnsyncedBy::Start),
+            sync: SyncState::Unsynced(UnsyncedBy::Start),
             replay: None,
             stored_since_resync: 0,
             capacity_blocks: None,
@@ -150,7 +150,7 @@ impl StreamTracker {
     }
 
     /// Whether the mirror can be trusted.
-    pub fn sync(&self) -> Sync {
+    pub fn sync(&self) -> SyncState {
         self.sync
     }
 
@@ -170,10 +170,10 @@ impl StreamTracker {
     }
 
     fn unsync(&mut self, why: UnsyncedBy) {
-        if self.sync == Sync::Synced {
+        if self.sync == SyncState::Synced {
             self.stored_since_resync = 0;
         }
-        self.sync = Sync::Unsynced(why);
+        self.sync = SyncState::Unsynced(why);
     }
 
     fn start_replay(&mut self, from: u64, held: usize) {
@@ -276,25 +276,25 @@ impl StreamTracker {
         if !r.answered && r.from == 0 && self.expected.is_none() {
             // Nothing was ever published: the engine has stored nothing yet.
             self.expected = Some(0);
-            self.sync = Sync::Synced;
+            self.sync = SyncState::Synced;
         }
     }
 
     /// An AllBlocksCleared was applied: the mirror is as empty as the engine's cache.
     pub fn cleared(&mut self) {
-        self.sync = Sync::Synced;
+        self.sync = SyncState::Synced;
         self.stored_since_resync = 0;
     }
 
     /// `blocks` were stored into the mirror (the resync rule counts them while unsynced).
     pub fn stored(&mut self, blocks: u64) {
-        if let Sync::Unsynced(_) = self.sync {
+        if let SyncState::Unsynced(_) = self.sync {
             self.stored_since_resync = self.stored_since_resync.saturating_add(blocks);
             if self
                 .capacity_blocks
                 .is_some_and(|c| c > 0 && self.stored_since_resync >= c)
             {
-                self.sync = Sync::Synced;
+                self.sync = SyncState::Synced;
                 self.stored_since_resync = 0;
             }
         }
@@ -316,12 +316,12 @@ impl StreamTracker {
                 if seq == 0 {
                     // A process's first batch: its cache started empty, whatever the mirror
                     // held from an earlier one.
-                    self.sync = Sync::Synced;
+                    self.sync = SyncState::Synced;
                     self.stored_since_resync = 0;
                     if self.applied_any {
                         return Verdict::ClearThenApply;
                     }
-                } else if self.sync == Sync::Synced {
+                } else if self.sync == SyncState::Synced {
                     self.unsync(UnsyncedBy::Start);
                 }
                 Verdict::Apply
@@ -333,7 +333,7 @@ impl StreamTracker {
             Some(_) if seq == 0 => {
                 // A new publisher process: its engine's cache started empty.
                 self.expected = Some(1);
-                self.sync = Sync::Synced;
+                self.sync = SyncState::Synced;
                 self.stored_since_resync = 0;
                 Verdict::ClearThenApply
             }

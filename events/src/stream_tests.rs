@@ -15,11 +15,11 @@ fn tracker(replay: bool) -> StreamTracker {
 fn in_order_from_zero_is_synced_and_duplicates_are_dropped() {
     let mut t = tracker(false);
     assert_eq!(t.connected(), Next::Read);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Start));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Start));
     for s in 0..3 {
         assert_eq!(t.message(s), Verdict::Apply);
     }
-    assert_eq!(t.sync(), Sync::Synced);
+    assert_eq!(t.sync(), SyncState::Synced);
     assert_eq!(t.message(1), Verdict::Duplicate);
     assert_eq!(t.expected(), Some(3));
 }
@@ -29,21 +29,21 @@ fn joining_mid_stream_is_unsynced_until_the_cache_is_known_complete() {
     let mut t = tracker(false);
     t.connected();
     assert_eq!(t.message(40), Verdict::Apply);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Start));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Start));
     t.set_capacity_blocks(10);
     t.stored(6);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Start));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Start));
     t.stored(4);
     assert_eq!(
         t.sync(),
-        Sync::Synced,
+        SyncState::Synced,
         "a capacity's worth of blocks stored since"
     );
     let mut t = tracker(false);
     t.connected();
     t.message(40);
     t.cleared();
-    assert_eq!(t.sync(), Sync::Synced, "AllBlocksCleared");
+    assert_eq!(t.sync(), SyncState::Synced, "AllBlocksCleared");
 }
 
 #[test]
@@ -53,9 +53,9 @@ fn a_gap_without_replay_unsyncs_and_a_restart_resyncs() {
     t.message(0);
     t.message(1);
     assert_eq!(t.message(5), Verdict::Apply);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Gap));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Gap));
     assert_eq!(t.message(0), Verdict::ClearThenApply);
-    assert_eq!(t.sync(), Sync::Synced);
+    assert_eq!(t.sync(), SyncState::Synced);
     assert_eq!(t.expected(), Some(1));
 }
 
@@ -64,7 +64,7 @@ fn a_gap_is_filled_by_replay_and_the_held_messages_follow() {
     let mut t = tracker(true);
     assert_eq!(t.connected(), Next::Replay { from: 0 });
     t.replay_done(true);
-    assert_eq!(t.sync(), Sync::Synced, "nothing published yet");
+    assert_eq!(t.sync(), SyncState::Synced, "nothing published yet");
     t.message(0);
     t.message(1);
     assert_eq!(t.message(4), Verdict::HoldAndReplay { from: 2 });
@@ -77,7 +77,7 @@ fn a_gap_is_filled_by_replay_and_the_held_messages_follow() {
     assert_eq!(t.message(4), Verdict::Duplicate);
     assert_eq!(t.message(5), Verdict::Duplicate);
     assert_eq!(t.message(6), Verdict::Apply);
-    assert_eq!(t.sync(), Sync::Synced);
+    assert_eq!(t.sync(), SyncState::Synced);
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn a_replay_that_cannot_reach_back_or_fails_unsyncs() {
     assert_eq!(t.message(9), Verdict::HoldAndReplay { from: 1 });
     // The buffer starts at 5: 1..=4 are lost.
     assert_eq!(t.replayed(5), Verdict::Apply);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Gap));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Gap));
     for s in 6..10 {
         assert_eq!(t.replayed(s), Verdict::Apply);
     }
@@ -102,7 +102,7 @@ fn a_replay_that_cannot_reach_back_or_fails_unsyncs() {
     t.message(0);
     t.message(3);
     t.replay_done(false);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Gap));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Gap));
     // The held message starts the stream again (no replay loop).
     assert_eq!(t.message(3), Verdict::Apply);
     assert_eq!(t.expected(), Some(4));
@@ -117,7 +117,7 @@ fn too_much_held_during_a_replay_gives_up_on_it() {
     }
     assert_eq!(t.message(13), Verdict::DropHeldThenApply);
     assert!(!t.replaying());
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Overflow));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Overflow));
     assert_eq!(
         t.replayed(0),
         Verdict::Duplicate,
@@ -156,7 +156,7 @@ fn reconnecting_replays_from_the_expected_number_and_backs_off() {
     t.message(0);
     t.disconnected();
     assert_eq!(t.connected(), Next::Read);
-    assert_eq!(t.sync(), Sync::Unsynced(UnsyncedBy::Disconnect));
+    assert_eq!(t.sync(), SyncState::Unsynced(UnsyncedBy::Disconnect));
 }
 
 /// What happens to the live stream between two publishes in the model below.
@@ -252,7 +252,7 @@ proptest! {
                     }
                 }
             }
-            if t.sync() == Sync::Synced && !t.replaying() {
+            if t.sync() == SyncState::Synced && !t.replaying() {
                 let e = t.expected().unwrap_or(0);
                 let want: Vec<u64> = (0..e).collect();
                 prop_assert_eq!(&applied, &want);

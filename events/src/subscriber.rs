@@ -119,6 +119,7 @@ pub struct Subscriber {
     decoder: MessageDecoder,
     buf: Vec<u8>,
     peer: SocketAddr,
+    idle: Duration,
 }
 
 /// Frames a KV event message may have (topic, seq, payload), with room for a replay reply's
@@ -212,12 +213,14 @@ impl Subscriber {
         body.extend_from_slice(&config.topic);
         write_frame(&mut sub, &body, false, false);
         stream.write_all(&sub)?;
-        stream.set_read_timeout(Some(config.idle_timeout.max(Duration::from_millis(1))))?;
+        let idle = config.idle_timeout.max(Duration::from_millis(1));
+        stream.set_read_timeout(Some(idle))?;
         Ok(Subscriber {
             stream,
             decoder: MessageDecoder::new(config.max_message_bytes, MAX_FRAMES),
             buf: vec![0u8; 64 * 1024],
             peer,
+            idle,
         })
     }
 
@@ -236,23 +239,20 @@ impl Subscriber {
                 }
                 return Ok(shape(m));
             }
-            if !fill(&mut self.stream, &mut self.buf, &mut self.decoder)? {
-                return Ok(Received::Idle);
-            }
-            // A peer trickling one byte at a time must not hold `next` for ever.
-            if started.elapsed() > self.idle_window() && self.decoder.buffered() > 0 {
+            // A timed-out read, or a peer trickling bytes slower than whole messages, returns
+            // within about one idle timeout.
+            if !fill(&mut self.stream, &mut self.buf, &mut self.decoder)?
+                || started.elapsed() >= self.idle
+            {
                 return Ok(Received::Idle);
             }
         }
     }
+}
 
-    fn idle_window(&self) -> Duration {
-        self.stream
-            .read_timeout()
-            .ok()
-            .flatten()
-            .unwrap_or(Duration::from_secs(1))
-    }
+/// The sequence number in a message's 8-byte big-endian frame, `None` for another length.
+pub(crate) fn seq_of(frame: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(frame).ok().map(u64::from_be_bytes)
 }
 
 /// A data message as `[topic, seq, payload]`, or why not.
@@ -260,15 +260,14 @@ fn shape(m: Message) -> Received {
     let frames = m.frames.len();
     let mut it = m.frames.into_iter();
     match (it.next(), it.next(), it.next(), it.next()) {
-        (Some(topic), Some(seq), Some(payload), None) if seq.len() == 8 => {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&seq);
-            Received::Message(EventMessage {
+        (Some(topic), Some(seq), Some(payload), None) => match seq_of(&seq) {
+            Some(seq) => Received::Message(EventMessage {
                 topic,
-                seq: u64::from_be_bytes(b),
+                seq,
                 payload,
-            })
-        }
+            }),
+            None => Received::Malformed { frames },
+        },
         _ => Received::Malformed { frames },
     }
 }

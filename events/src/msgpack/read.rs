@@ -240,8 +240,8 @@ impl<'a> Reader<'a> {
         Ok(m == 0xc3)
     }
 
-    /// A UTF-8 string, borrowed.
-    pub fn str(&mut self) -> Result<&'a str, ReadError> {
+    /// A string's bytes, not checked as UTF-8, and the offset of its marker.
+    fn str_bytes(&mut self) -> Result<(&'a [u8], usize), ReadError> {
         let (m, at) = self.marker("a string", Kind::Str)?;
         let n = match m {
             0xa0..=0xbf => usize::from(m & 0x1f),
@@ -249,7 +249,12 @@ impl<'a> Reader<'a> {
             0xda => self.be(2, at)? as usize,
             _ => self.be(4, at)? as usize,
         };
-        let bytes = self.take(n, at)?;
+        Ok((self.take(n, at)?, at))
+    }
+
+    /// A UTF-8 string, borrowed.
+    pub fn str(&mut self) -> Result<&'a str, ReadError> {
+        let (bytes, at) = self.str_bytes()?;
         std::str::from_utf8(bytes).map_err(|_| ReadError::Utf8 { at })
     }
 
@@ -338,18 +343,8 @@ impl<'a> Reader<'a> {
             Kind::Bool => self.bool().map(drop),
             Kind::Int => self.int().map(drop),
             Kind::Float => self.f64().map(drop),
-            Kind::Str => {
-                // Skipped strings are not checked as UTF-8: nothing reads them.
-                let m = self.buf[at];
-                self.pos += 1;
-                let n = match m {
-                    0xa0..=0xbf => usize::from(m & 0x1f),
-                    0xd9 => self.be(1, at)? as usize,
-                    0xda => self.be(2, at)? as usize,
-                    _ => self.be(4, at)? as usize,
-                };
-                self.take(n, at).map(drop)
-            }
+            // Skipped strings are not checked as UTF-8: nothing reads them.
+            Kind::Str => self.str_bytes().map(drop),
             Kind::Bin => self.bin().map(drop),
             Kind::Ext => {
                 let m = self.buf[at];

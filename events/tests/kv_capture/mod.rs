@@ -15,6 +15,10 @@ fn hash(v: &Json) -> ExternalBlockHash {
     ExternalBlockHash::Int(v.as_u64().expect("int block hash"))
 }
 
+fn hashes(v: &Json) -> Vec<ExternalBlockHash> {
+    v.as_array().unwrap().iter().map(hash).collect()
+}
+
 fn opt_str(v: &Json) -> Option<String> {
     v.as_str().map(str::to_string)
 }
@@ -41,12 +45,7 @@ fn event(e: &Json) -> WireEvent {
     let f = |k: &str| e.get(k).unwrap_or(&Json::Null);
     match f("type").as_str().unwrap() {
         "BlockStored" => WireEvent::BlockStored(BlockStored {
-            block_hashes: f("block_hashes")
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(hash)
-                .collect(),
+            block_hashes: hashes(f("block_hashes")),
             parent_block_hash: (!f("parent_block_hash").is_null())
                 .then(|| hash(f("parent_block_hash"))),
             token_ids: f("token_ids")
@@ -72,12 +71,7 @@ fn event(e: &Json) -> WireEvent {
             session_id: opt_str(f("session_id")),
         }),
         "BlockRemoved" => WireEvent::BlockRemoved(BlockRemoved {
-            block_hashes: f("block_hashes")
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(hash)
-                .collect(),
+            block_hashes: hashes(f("block_hashes")),
             medium: opt_str(f("medium")),
             group_idx: opt_int(f("group_idx")),
             locality: opt_str(f("locality")),

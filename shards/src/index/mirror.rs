@@ -256,17 +256,17 @@ impl EngineMirror {
         }
         let mut prev = parent;
         for (i, block) in s.token_ids.chunks_exact(s.block_size).enumerate() {
-            let mut one = Vec::with_capacity(1);
-            extend_block_hashes(prev, block, s.block_size, &mut one);
-            let mut h = one[0];
+            // One block's link of the chain, then the extra keys mixed in.
+            extend_block_hashes(prev, block, s.block_size, &mut names);
+            let mut h = names[i];
             if let Some(Some(d)) = s.extra.get(i) {
                 let mut buf = [0u8; 40];
                 buf[..8].copy_from_slice(b"extra\0v1");
                 buf[8..24].copy_from_slice(&h.0.to_le_bytes());
                 buf[24..].copy_from_slice(&d.to_le_bytes());
                 h = BlockHash(xxh3_128(&buf));
+                names[i] = h;
             }
-            names.push(h);
             prev = h;
         }
         names
