@@ -3,7 +3,7 @@
 //! routing candidate (written by both logs, read back by the shadow replay).
 
 use crate::observe::inputs::ShadowInputs;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, Select, Sender};
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::Snapshot;
 use inferrail_routing::{BlockHash, BrainParams, Candidate, CostModelParams, EngineView};
@@ -11,8 +11,6 @@ use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -93,7 +91,8 @@ impl LineWriter {
 
 /// An observer thread draining a channel into a handler; see [`spawn_worker`].
 pub(crate) struct Worker {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread: its disconnection wakes a thread blocked on an empty queue.
+    stop: Option<Sender<()>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -105,7 +104,7 @@ impl Worker {
     }
 
     fn stop_and_join(&mut self) -> io::Result<()> {
-        self.stop.store(true, Ordering::Release);
+        self.stop = None;
         match self.thread.take() {
             Some(t) => t
                 .join()
@@ -124,7 +123,8 @@ impl Drop for Worker {
 /// Starts thread `name`: it builds its handler with `make` (on the thread, so the handler need
 /// not be `Send`), passes every item from `rx` to it together with the writer, and flushes the
 /// writer within [`FLUSH_EVERY`] of each write. It ends when every sender is gone or on
-/// [`Worker::stop`], handling the items already queued first and flushing at the end.
+/// [`Worker::stop`], handling the items already queued first and flushing at the end. Idle (an
+/// empty queue and nothing to flush) it sleeps until an item or the stop arrives: no timer.
 pub(crate) fn spawn_worker<T, M, H>(
     name: &str,
     rx: Receiver<T>,
@@ -136,13 +136,12 @@ where
     M: FnOnce() -> H + Send + 'static,
     H: FnMut(T, Option<&mut LineWriter>),
 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
     let thread = std::thread::Builder::new()
         .name(name.to_string())
-        .spawn(move || run(rx, writer, flag, make()))?;
+        .spawn(move || run(rx, writer, stopped, make()))?;
     Ok(Worker {
-        stop,
+        stop: Some(stop),
         thread: Some(thread),
     })
 }
@@ -150,33 +149,39 @@ where
 fn run<T, H>(
     rx: Receiver<T>,
     mut writer: Option<LineWriter>,
-    stop: Arc<AtomicBool>,
+    stopped: Receiver<()>,
     mut handle: H,
 ) -> io::Result<()>
 where
     H: FnMut(T, Option<&mut LineWriter>),
 {
     loop {
-        if stop.load(Ordering::Acquire) {
-            // Bounded drain: what is queued now, not what producers keep adding.
-            for _ in 0..rx.len() {
-                match rx.try_recv() {
-                    Ok(item) => handle(item, writer.as_mut()),
-                    Err(_) => break,
+        let mut select = Select::new();
+        let item = select.recv(&rx);
+        select.recv(&stopped);
+        // A timed wait only while a written line waits for its flush.
+        let ready = match writer.as_ref().and_then(LineWriter::deadline) {
+            Some(deadline) => select.select_deadline(deadline).ok(),
+            None => Some(select.select()),
+        };
+        match ready {
+            None => {}
+            Some(op) if op.index() == item => match op.recv(&rx) {
+                Ok(value) => handle(value, writer.as_mut()),
+                Err(_) => break,
+            },
+            Some(op) => {
+                // Stopped (the sender is dropped, so this is a disconnection).
+                let _ = op.recv(&stopped);
+                // Bounded drain: what is queued now, not what producers keep adding.
+                for _ in 0..rx.len() {
+                    match rx.try_recv() {
+                        Ok(value) => handle(value, writer.as_mut()),
+                        Err(_) => break,
+                    }
                 }
+                break;
             }
-            break;
-        }
-        let now = Instant::now();
-        let wait = writer
-            .as_ref()
-            .and_then(LineWriter::deadline)
-            .map_or(FLUSH_EVERY, |d| d.saturating_duration_since(now))
-            .min(FLUSH_EVERY);
-        match rx.recv_timeout(wait) {
-            Ok(item) => handle(item, writer.as_mut()),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
         }
         if let Some(w) = writer.as_mut() {
             w.flush_if_due(Instant::now());
