@@ -8,6 +8,7 @@
 //! capped by the caller, not here, at one block short of a fully cached prompt.
 
 mod error;
+mod feed;
 mod hasher;
 mod mirror;
 #[cfg(test)]
@@ -17,9 +18,10 @@ mod reply;
 mod shards;
 
 pub use error::IndexError;
+pub use feed::{apply_batch, engine_id, run_salt, BatchApplied};
 pub use mirror::{
     EngineBlockId, EngineMirror, Medium, MirrorCounters, MirrorMatch, StoreRefused, StoredBlocks,
 };
 pub use replica_blocks::{RecordUndo, ReplicaBlocks, MAX_CAPACITY_BLOCKS};
 pub use reply::{LookupReply, StatsReply};
-pub use shards::{shard_of, IndexConfig, IndexShards, RecordTicket, ReplicaIndexStats};
+pub use shards::{shard_of, IndexConfig, IndexMode, IndexShards, RecordTicket, ReplicaIndexStats};

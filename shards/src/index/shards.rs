@@ -16,10 +16,13 @@
 //! a take-back always finds the undo token its record left.
 
 use super::error::IndexError;
+use super::feed::{apply_batch, BatchApplied};
+use super::mirror::EngineMirror;
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
 use super::reply::{Gather, LookupReply, PartSender, StatsReply};
 use crate::prefix_hash::BlockHash;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use inferrail_events::KvEventBatch;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -61,6 +64,36 @@ pub struct ReplicaIndexStats {
     pub capacity: usize,
     /// How many times it was cleared ([`IndexShards::clear`]: engine restarts).
     pub resets: u64,
+    /// Which view answers its lookups.
+    pub mode: IndexMode,
+    /// Engine blocks held in its mirror (0 without KV events).
+    pub mirror_blocks: usize,
+    /// Everything its KV events did to the mirror since it was made.
+    pub events: BatchApplied,
+}
+
+/// Which view of a replica's cache answers lookups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexMode {
+    /// Predicted from routing records (no KV events for this replica).
+    #[default]
+    Approximate,
+    /// The mirror of the engine's own KV events, complete since the cache was last known empty.
+    Exact,
+    /// KV events are followed, but some may be missing: lookups use the routing records until
+    /// the stream is synced again.
+    Unsynced,
+}
+
+impl IndexMode {
+    /// The mode's name in admin answers and metrics (`approximate`, `exact`, `unsynced`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexMode::Approximate => "approximate",
+            IndexMode::Exact => "exact",
+            IndexMode::Unsynced => "unsynced",
+        }
+    }
 }
 
 /// Where a record's undo token waits for a possible take-back. The shard thread is the only one
@@ -115,6 +148,21 @@ enum Command {
     },
     Stats {
         reply: PartSender<Vec<ReplicaIndexStats>>,
+    },
+    Events {
+        replica: u64,
+        model: Arc<str>,
+        batch: Arc<KvEventBatch>,
+    },
+    ClearMirror {
+        replica: u64,
+    },
+    SetSynced {
+        replica: u64,
+        synced: bool,
+    },
+    StopEvents {
+        replica: u64,
     },
 }
 
@@ -259,6 +307,47 @@ impl IndexShards {
         )
     }
 
+    /// Applies one KV event batch of `replica`'s engine (serving `model`) to its mirror,
+    /// creating the mirror (unsynced, as large as the replica's capacity) on the first batch.
+    /// Waits for queue room: a subscription thread calls it, never a data core, and a lost
+    /// batch would leave the mirror wrong.
+    pub fn apply_events(
+        &self,
+        replica: u64,
+        model: Arc<str>,
+        batch: Arc<KvEventBatch>,
+    ) -> Result<(), IndexError> {
+        self.send(
+            self.shard_for(replica),
+            Command::Events {
+                replica,
+                model,
+                batch,
+            },
+        )
+    }
+
+    /// Empties `replica`'s mirror (its engine process restarted). Waits for queue room.
+    pub fn clear_mirror(&self, replica: u64) -> Result<(), IndexError> {
+        self.send(self.shard_for(replica), Command::ClearMirror { replica })
+    }
+
+    /// Says whether `replica`'s mirror is complete: while it is, lookups for the replica are
+    /// answered by the mirror ([`IndexMode::Exact`]), otherwise by the routing records
+    /// ([`IndexMode::Unsynced`]). Waits for queue room.
+    pub fn set_synced(&self, replica: u64, synced: bool) -> Result<(), IndexError> {
+        self.send(
+            self.shard_for(replica),
+            Command::SetSynced { replica, synced },
+        )
+    }
+
+    /// Drops `replica`'s mirror (its events are no longer followed): lookups go back to the
+    /// routing records. Waits for queue room.
+    pub fn stop_events(&self, replica: u64) -> Result<(), IndexError> {
+        self.send(self.shard_for(replica), Command::StopEvents { replica })
+    }
+
     /// Asks every shard for its replicas' figures. Waits for queue room, not for the answer.
     pub fn request_stats(&self) -> Result<StatsReply, IndexError> {
         let (gather, parts) = Gather::new(self.senders.len());
@@ -307,6 +396,32 @@ impl Drop for IndexShards {
 struct Replica {
     blocks: ReplicaBlocks,
     resets: u64,
+    exact: Option<Exact>,
+}
+
+/// A replica's mirror of its engine's KV events.
+struct Exact {
+    mirror: EngineMirror,
+    synced: bool,
+    events: BatchApplied,
+}
+
+impl Replica {
+    /// How many leading blocks of `prompt` the replica holds, by the view its mode names.
+    fn held(&self, prompt: &[crate::prefix_hash::BlockHash]) -> usize {
+        match &self.exact {
+            Some(e) if e.synced => e.mirror.matched(prompt).gpu,
+            _ => self.blocks.matched_prefix(prompt),
+        }
+    }
+
+    fn mode(&self) -> IndexMode {
+        match &self.exact {
+            None => IndexMode::Approximate,
+            Some(e) if e.synced => IndexMode::Exact,
+            Some(_) => IndexMode::Unsynced,
+        }
+    }
 }
 
 /// A shard thread: applies commands in queue order until every sender is gone.
@@ -332,6 +447,17 @@ impl Shard {
         self.replicas.entry(replica).or_insert_with(|| Replica {
             blocks: ReplicaBlocks::new(capacity),
             resets: 0,
+            exact: None,
+        })
+    }
+
+    fn exact(&mut self, replica: u64) -> &mut Exact {
+        let r = self.entry(replica);
+        let capacity = r.blocks.capacity();
+        r.exact.get_or_insert_with(|| Exact {
+            mirror: EngineMirror::new(capacity),
+            synced: false,
+            events: BatchApplied::default(),
         })
     }
 
@@ -345,10 +471,7 @@ impl Shard {
                 let answers = replicas
                     .iter()
                     .map(|&(position, key)| {
-                        let held = self
-                            .replicas
-                            .get(&key)
-                            .map_or(0, |r| r.blocks.matched_prefix(&prompt));
+                        let held = self.replicas.get(&key).map_or(0, |r| r.held(&prompt));
                         (position, held.min(u32::MAX as usize) as u32)
                     })
                     .collect();
@@ -382,7 +505,31 @@ impl Shard {
                 r.resets += 1;
             }
             Command::SetCapacity { replica, blocks } => {
-                self.entry(replica).blocks.set_capacity(blocks);
+                let r = self.entry(replica);
+                r.blocks.set_capacity(blocks);
+                if let Some(e) = &mut r.exact {
+                    e.mirror.set_capacity(blocks);
+                }
+            }
+            Command::Events {
+                replica,
+                model,
+                batch,
+            } => {
+                let e = self.exact(replica);
+                let applied = apply_batch(&mut e.mirror, &model, &batch);
+                e.events.add(applied);
+            }
+            Command::ClearMirror { replica } => {
+                self.exact(replica).mirror.cleared();
+            }
+            Command::SetSynced { replica, synced } => {
+                self.exact(replica).synced = synced;
+            }
+            Command::StopEvents { replica } => {
+                if let Some(r) = self.replicas.get_mut(&replica) {
+                    r.exact = None;
+                }
             }
             Command::Stats { reply } => {
                 let stats = self
@@ -394,6 +541,12 @@ impl Shard {
                         bytes: r.blocks.bytes(),
                         capacity: r.blocks.capacity(),
                         resets: r.resets,
+                        mode: r.mode(),
+                        mirror_blocks: r.exact.as_ref().map_or(0, |e| e.mirror.len()),
+                        events: r
+                            .exact
+                            .as_ref()
+                            .map_or_else(BatchApplied::default, |e| e.events),
                     })
                     .collect();
                 reply.send(stats);

@@ -361,3 +361,94 @@ fn concurrent_callers_get_every_reply_and_capacities_hold() {
     assert_eq!(stats.len(), REPLICAS as usize);
     assert!(stats.iter().all(|s| s.entries <= s.capacity));
 }
+
+/// One BlockStored of a whole prompt from its first block, block size 1 (as [`chain`] hashes).
+fn stored_batch(engine_ids: std::ops::Range<u64>, tokens: &[u32]) -> Arc<KvEventBatch> {
+    use inferrail_events::{BlockStored, ExternalBlockHash, WireEvent};
+    Arc::new(KvEventBatch {
+        ts: 0.0,
+        events: vec![WireEvent::BlockStored(BlockStored {
+            block_hashes: engine_ids.map(ExternalBlockHash::Int).collect(),
+            parent_block_hash: None,
+            token_ids: tokens.to_vec(),
+            block_size: 1,
+            lora_id: None,
+            medium: Some("GPU".into()),
+            lora_name: None,
+            extra_keys: None,
+            group_idx: Some(0),
+            kv_cache_spec_kind: None,
+            kv_cache_spec_sliding_window: None,
+            locality: None,
+            ownership: None,
+            session_id: None,
+        })],
+        data_parallel_rank: None,
+    })
+}
+
+fn held(index: &IndexShards, prompt: &Arc<[BlockHash]>, replica: u64) -> usize {
+    match index
+        .lookup(Arc::clone(prompt), &[replica])
+        .and_then(LookupReply::wait)
+    {
+        Ok(v) => v[0],
+        Err(e) => panic!("lookup failed: {e}"),
+    }
+}
+
+fn mode_of(index: &IndexShards, replica: u64) -> (IndexMode, usize) {
+    let stats = index.stats().unwrap_or_default();
+    let s = stats.iter().find(|s| s.key == replica).copied();
+    s.map_or((IndexMode::Approximate, 0), |s| (s.mode, s.mirror_blocks))
+}
+
+#[test]
+fn a_synced_mirror_answers_and_an_unsynced_one_falls_back_to_the_routing_records() {
+    let index = start(2, 100);
+    let model: Arc<str> = Arc::from("m");
+    let prompt = chain(&[1, 2, 3, 4]);
+    // Routed here, so the routing records predict all four blocks.
+    index.record(7, Arc::clone(&prompt)).ok();
+    assert_eq!(held(&index, &prompt, 7), 4);
+    assert_eq!(mode_of(&index, 7).0, IndexMode::Approximate);
+
+    // The engine's events say it stored only the first two: unsynced, the records still answer.
+    index
+        .apply_events(7, Arc::clone(&model), stored_batch(10..12, &[1, 2]))
+        .unwrap();
+    assert_eq!(mode_of(&index, 7), (IndexMode::Unsynced, 2));
+    assert_eq!(held(&index, &prompt, 7), 4);
+
+    // Synced: the mirror answers, exactly what the engine holds.
+    index.set_synced(7, true).unwrap();
+    assert_eq!(mode_of(&index, 7).0, IndexMode::Exact);
+    assert_eq!(held(&index, &prompt, 7), 2);
+
+    // An engine restart empties the mirror; the records would still claim four blocks.
+    index.clear_mirror(7).unwrap();
+    assert_eq!(held(&index, &prompt, 7), 0);
+
+    // Events no longer followed: back to the records.
+    index.stop_events(7).unwrap();
+    assert_eq!(mode_of(&index, 7), (IndexMode::Approximate, 0));
+    assert_eq!(held(&index, &prompt, 7), 4);
+}
+
+#[test]
+fn the_mirror_takes_the_replicas_capacity() {
+    let index = start(1, 3);
+    let model: Arc<str> = Arc::from("m");
+    index
+        .apply_events(5, Arc::clone(&model), stored_batch(0..4, &[1, 2, 3, 4]))
+        .unwrap();
+    let stats = index.stats().unwrap();
+    assert_eq!(stats[0].mirror_blocks, 0, "four blocks do not fit in three");
+    assert_eq!(stats[0].events.refused, 1);
+    index.set_capacity(5, 8).unwrap();
+    index
+        .apply_events(5, model, stored_batch(0..4, &[1, 2, 3, 4]))
+        .unwrap();
+    let stats = index.stats().unwrap();
+    assert_eq!((stats[0].mirror_blocks, stats[0].events.stored), (4, 4));
+}
