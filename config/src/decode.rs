@@ -6,6 +6,7 @@
 //! [`Incomplete`] records which cross-field checks would be misled by such placeholders.
 
 use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use serde_yaml::Value;
@@ -13,8 +14,8 @@ use serde_yaml::Value;
 use crate::error::Problem;
 use crate::schema::{
     Config, CostModelParams, DecisionLog, Discovery, DnsGroup, Health, HotPrefix, Index,
-    KvAwareWeights, Load, Logging, Model, Observability, PolicyKind, Replica, Retry, Routing,
-    Server, TokenizerPool,
+    KvAwareWeights, KvEventEndpoints, KvEvents, Load, Logging, Model, Observability, PolicyKind,
+    Replica, Retry, Routing, Server, TokenizerPool,
 };
 use crate::walk::{
     above_zero, above_zero_at_most_one, at_least_zero, describe, placeholder_url, positive,
@@ -69,9 +70,12 @@ const REPLICA_KEYS: &[&str] = &[
     "max_concurrency",
     "max_pending",
     "kv_capacity_blocks",
+    "kv_events",
 ];
+/// Keys of a `kv_events` mapping (vLLM's `--kv-events-config` names).
+const KV_EVENTS_KEYS: &[&str] = &["endpoint", "replay_endpoint", "topic"];
 const DISCOVERY_KEYS: &[&str] = &["dns"];
-const DNS_KEYS: &[&str] = &["name", "url", "models", "refresh"];
+const DNS_KEYS: &[&str] = &["name", "url", "models", "refresh", "kv_events"];
 const ROUTING_KEYS: &[&str] = &[
     "default_policy",
     "split",
@@ -323,6 +327,62 @@ impl Decoder {
             kv_capacity_blocks: self.optional(&f, "kv_capacity_blocks", |d, p, v| {
                 d.uint(p, v, 1, u64::MAX)
             }),
+            kv_events: self.optional(&f, "kv_events", Self::kv_events),
+        }
+    }
+
+    /// `kv_events` of a replica or a DNS group: `discover`, or a mapping of endpoints. `None`
+    /// (after reporting it) when any part fails, so `validate` does not check it further.
+    fn kv_events(&mut self, path: &str, v: &Value) -> Option<KvEvents> {
+        match v {
+            Value::String(s) if s == "discover" => Some(KvEvents::Discover),
+            Value::Mapping(_) => {
+                let f = self.fields(path, Some(v), KV_EVENTS_KEYS);
+                let endpoint = self.required(&f, "endpoint", Self::kv_endpoint);
+                let replay_endpoint = f
+                    .get("replay_endpoint")
+                    .map(|v| self.kv_endpoint(&f.path("replay_endpoint"), v));
+                let topic = f.get("topic").map(|v| self.topic(&f.path("topic"), v));
+                Some(KvEvents::Endpoints(KvEventEndpoints {
+                    endpoint: endpoint?,
+                    replay_endpoint: replay_endpoint.map_or(Some(None), |r| r.map(Some))?,
+                    topic: topic.unwrap_or(Some(String::new()))?,
+                }))
+            }
+            other => {
+                self.problem(
+                    path,
+                    format!(
+                        "expected \"discover\" or a mapping with keys {} (got {})",
+                        KV_EVENTS_KEYS.join(", "),
+                        describe(other)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A KV event endpoint, `tcp://HOST:PORT` (see [`kv_endpoint`]), kept as written.
+    fn kv_endpoint(&mut self, path: &str, v: &Value) -> Option<String> {
+        let text = self.string(path, v)?;
+        match kv_endpoint(&text) {
+            Ok(_) => Some(text),
+            Err(why) => {
+                self.problem(path, format!("{why} (got {text:?})"));
+                None
+            }
+        }
+    }
+
+    /// A topic prefix: any string, empty included (every topic).
+    fn topic(&mut self, path: &str, v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                self.problem(path, format!("expected a string (got {})", describe(other)));
+                None
+            }
         }
     }
 
@@ -362,6 +422,7 @@ impl Decoder {
             url,
             models: models.unwrap_or_default(),
             refresh: self.or(&f, "refresh", DnsGroup::DEFAULT_REFRESH, positive),
+            kv_events: self.optional(&f, "kv_events", Self::kv_events),
         }
     }
 
@@ -627,13 +688,129 @@ impl Decoder {
     }
 }
 
+/// A checked KV event endpoint: `tcp://HOST:PORT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KvEndpoint<'a> {
+    /// `*` (the replica's own host), a host name, or an IP address (IPv6 without brackets).
+    pub host: &'a str,
+    /// 1 to 65535.
+    pub port: u16,
+}
+
+impl KvEndpoint<'_> {
+    /// The same socket: host (case-insensitive) and port equal, however written.
+    pub(crate) fn same_socket(&self, other: &KvEndpoint<'_>) -> bool {
+        self.port == other.port && self.host.eq_ignore_ascii_case(other.host)
+    }
+}
+
+/// Checks a KV event endpoint, `tcp://HOST:PORT`, where HOST is `*` (the replica's own host, as
+/// vLLM binds it), a host name, an IPv4 address or a bracketed IPv6 address. The error says what
+/// is wrong and what to write instead; the caller appends the text it was given.
+pub(crate) fn kv_endpoint(text: &str) -> Result<KvEndpoint<'_>, String> {
+    let Some(rest) = text.strip_prefix("tcp://") else {
+        return Err(match text.split_once("://") {
+            Some((scheme @ ("ipc" | "inproc"), _)) => format!(
+                "only tcp:// endpoints can be subscribed to; an {scheme}:// endpoint cannot be reached from another host"
+            ),
+            Some(_) => "only tcp:// endpoints can be subscribed to".to_string(),
+            None => "expected tcp://HOST:PORT, like tcp://10.0.0.10:5557".to_string(),
+        });
+    };
+    let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+        let Some((host, after)) = bracketed.split_once(']') else {
+            return Err("IPv6 address is missing its closing ']'".to_string());
+        };
+        let Ok(ip) = host.parse::<Ipv6Addr>() else {
+            return Err(format!("{host:?} is not an IPv6 address"));
+        };
+        if ip.is_unspecified() {
+            return Err(bind_all(&format!("[{host}]")));
+        }
+        let port = match after.strip_prefix(':') {
+            Some(port) => port,
+            None if after.is_empty() => return Err(missing_port()),
+            None => return Err("unexpected text after the IPv6 address".to_string()),
+        };
+        (host, port)
+    } else {
+        if rest.matches(':').count() > 1 {
+            return Err("IPv6 addresses go in brackets, like tcp://[::1]:5557".to_string());
+        }
+        let Some((host, port)) = rest.split_once(':') else {
+            return Err(missing_port());
+        };
+        if host.is_empty() {
+            return Err("missing host; write * for the replica's own host".to_string());
+        }
+        if host != "*" {
+            if let Some(bad) = host
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
+            {
+                return Err(format!(
+                    "host {host:?} contains {bad:?}; expected *, a host name or an IP address"
+                ));
+            }
+            if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                match host.parse::<Ipv4Addr>() {
+                    Ok(ip) if ip.is_unspecified() => return Err(bind_all(host)),
+                    Ok(_) => {}
+                    Err(_) => return Err(format!("{host:?} is not an IPv4 address")),
+                }
+            }
+        }
+        (host, port)
+    };
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    let port = match port.parse::<u16>() {
+        Ok(0) if digits => {
+            return Err(
+                "port 0 has the engine pick a free port, which only the engine knows; \
+                 use kv_events: discover to read the ports it bound"
+                    .to_string(),
+            )
+        }
+        Ok(n) if digits => n,
+        _ => return Err(format!("invalid port {port:?}; expected 1 to 65535")),
+    };
+    Ok(KvEndpoint { host, port })
+}
+
+fn missing_port() -> String {
+    "missing the port, like tcp://10.0.0.10:5557".to_string()
+}
+
+/// The refusal of a bind-all host (`0.0.0.0`, `[::]`).
+fn bind_all(host: &str) -> String {
+    format!(
+        "{host} is a bind-all address, not one to connect to; write * (the replica's own host) or the engine's host"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
     use std::time::Duration;
 
     use crate::testing::{errs, minimal_with, ok, one_err, MINIMAL};
-    use crate::{CostModelParams, Count, PolicyKind};
+    use crate::{CostModelParams, Count, KvEventEndpoints, KvEvents, PolicyKind};
+
+    /// One model with a tokenizer (so `kv_events` is usable) and one replica with `kv_events`
+    /// written as `kv` (flow YAML).
+    fn with_kv_events(kv: &str) -> String {
+        format!(
+            "models: [{{name: m, tokenizer: builtin:sim}}]\nreplicas: [{{id: r, url: 'http://10.0.0.10:8000', models: [m], kv_events: {kv}}}]\n"
+        )
+    }
+
+    fn endpoints(endpoint: &str, replay: Option<&str>, topic: &str) -> Option<KvEvents> {
+        Some(KvEvents::Endpoints(KvEventEndpoints {
+            endpoint: endpoint.to_string(),
+            replay_endpoint: replay.map(str::to_string),
+            topic: topic.to_string(),
+        }))
+    }
 
     #[test]
     fn unknown_keys_are_reported_at_every_depth() {
@@ -725,7 +902,7 @@ observability:
         // A replica that is not a mapping is reported once, without "required" for its keys.
         assert_eq!(
             one_err("models: [{name: m}]\nreplicas: [r0]\n"),
-            "replicas[0]: expected a mapping with keys id, url, models, max_concurrency, max_pending, kv_capacity_blocks (got \"r0\")"
+            "replicas[0]: expected a mapping with keys id, url, models, max_concurrency, max_pending, kv_capacity_blocks, kv_events (got \"r0\")"
         );
     }
 
@@ -930,6 +1107,165 @@ observability:
         assert_eq!(config.replicas[0].url.host, "::1");
         assert_eq!(config.replicas[0].url.authority(), "[::1]:8000");
         assert_eq!(config.replicas[0].kv_capacity_blocks, Some(100));
+    }
+
+    #[test]
+    fn kv_events_decodes_discover_and_endpoints() {
+        let kv = |text: &str| ok(&with_kv_events(text)).replicas[0].kv_events.clone();
+        assert_eq!(ok(MINIMAL).replicas[0].kv_events, None);
+        assert_eq!(kv("null"), None);
+        assert_eq!(kv("discover"), Some(KvEvents::Discover));
+        assert_eq!(
+            kv("{endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5558', topic: kv}"),
+            endpoints("tcp://*:5557", Some("tcp://*:5558"), "kv")
+        );
+        // `replay_endpoint` and `topic` are optional; null is left out.
+        assert_eq!(
+            kv("{endpoint: 'tcp://10.0.0.10:5557'}"),
+            endpoints("tcp://10.0.0.10:5557", None, "")
+        );
+        assert_eq!(
+            kv("{endpoint: 'tcp://engine-0.local:5557', replay_endpoint: null, topic: null}"),
+            endpoints("tcp://engine-0.local:5557", None, "")
+        );
+        assert_eq!(
+            kv("{endpoint: 'tcp://[::1]:5557', replay_endpoint: 'tcp://[fe80::1]:65535', topic: ''}"),
+            endpoints("tcp://[::1]:5557", Some("tcp://[fe80::1]:65535"), "")
+        );
+        // Block YAML, as in the example file.
+        let config = ok("\
+models: [{name: m, tokenizer: builtin:sim}]
+replicas:
+  - id: r
+    url: http://10.0.0.10:8000
+    models: [m]
+    kv_events:
+      endpoint: tcp://*:5557
+      replay_endpoint: tcp://*:5558
+      topic: \"\"
+discovery:
+  dns:
+    - {name: pool, url: 'http://pool.svc:8000', models: [m], kv_events: discover}
+    - {name: fixed, url: 'http://fixed.svc:8000', models: [m], kv_events: {endpoint: 'tcp://*:5557'}}
+    - {name: none, url: 'http://none.svc:8000', models: [m]}
+");
+        assert_eq!(
+            config.replicas[0].kv_events,
+            endpoints("tcp://*:5557", Some("tcp://*:5558"), "")
+        );
+        // The JSON document form reads the same.
+        let text = with_kv_events("{endpoint: 'tcp://*:5557', topic: ''}");
+        let doc = crate::document_of_yaml(&text).unwrap();
+        assert_eq!(crate::parse_document(&doc).unwrap(), ok(&text));
+        let groups: Vec<_> = config
+            .discovery
+            .dns
+            .iter()
+            .map(|g| g.kv_events.clone())
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                Some(KvEvents::Discover),
+                endpoints("tcp://*:5557", None, ""),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn kv_events_of_another_shape_is_refused() {
+        for (text, got) in [
+            ("5", "5"),
+            ("Discover", "\"Discover\""),
+            ("'tcp://*:5557'", "\"tcp://*:5557\""),
+            ("[discover]", "a list"),
+            ("true", "true"),
+        ] {
+            assert_eq!(
+                one_err(&with_kv_events(text)),
+                format!("replicas[0].kv_events: expected \"discover\" or a mapping with keys endpoint, replay_endpoint, topic (got {got})"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            one_err("models: [{name: m, tokenizer: builtin:sim}]\ndiscovery: {dns: [{name: g, url: 'http://g:1', models: [m], kv_events: 5}]}\n"),
+            "discovery.dns[0].kv_events: expected \"discover\" or a mapping with keys endpoint, replay_endpoint, topic (got 5)"
+        );
+        assert_eq!(
+            errs(&with_kv_events("{replay: 'tcp://*:5558', topic: 5}")),
+            [
+                "replicas[0].kv_events.replay: unknown key; expected one of: endpoint, replay_endpoint, topic",
+                "replicas[0].kv_events.endpoint: required",
+                "replicas[0].kv_events.topic: expected a string (got 5)",
+            ]
+        );
+        assert_eq!(
+            one_err(&with_kv_events("{}")),
+            "replicas[0].kv_events.endpoint: required"
+        );
+        assert_eq!(
+            errs(&with_kv_events("{endpoint: 5557, replay_endpoint: ''}")),
+            [
+                "replicas[0].kv_events.endpoint: expected a string (got 5557)",
+                "replicas[0].kv_events.replay_endpoint: must not be empty",
+            ]
+        );
+    }
+
+    #[test]
+    fn kv_event_endpoints_must_be_tcp_host_port() {
+        let err = |endpoint: &str| {
+            one_err(&with_kv_events(&format!(
+                "{{endpoint: 'tcp://*:5557', replay_endpoint: '{endpoint}'}}"
+            )))
+        };
+        for (endpoint, why) in [
+            ("ipc:///tmp/kv", "only tcp:// endpoints can be subscribed to; an ipc:// endpoint cannot be reached from another host"),
+            ("inproc://kv", "only tcp:// endpoints can be subscribed to; an inproc:// endpoint cannot be reached from another host"),
+            ("udp://a:5557", "only tcp:// endpoints can be subscribed to"),
+            ("TCP://a:5557", "only tcp:// endpoints can be subscribed to"),
+            ("10.0.0.10:5557", "expected tcp://HOST:PORT, like tcp://10.0.0.10:5557"),
+            ("tcp://:5557", "missing host; write * for the replica's own host"),
+            ("tcp://engine", "missing the port, like tcp://10.0.0.10:5557"),
+            ("tcp://[::1]", "missing the port, like tcp://10.0.0.10:5557"),
+            ("tcp://engine:", "invalid port \"\"; expected 1 to 65535"),
+            ("tcp://engine:70000", "invalid port \"70000\"; expected 1 to 65535"),
+            ("tcp://engine:+80", "invalid port \"+80\"; expected 1 to 65535"),
+            ("tcp://engine:5557/x", "invalid port \"5557/x\"; expected 1 to 65535"),
+            ("tcp://*:0", "port 0 has the engine pick a free port, which only the engine knows; use kv_events: discover to read the ports it bound"),
+            ("tcp://0.0.0.0:5557", "0.0.0.0 is a bind-all address, not one to connect to; write * (the replica's own host) or the engine's host"),
+            ("tcp://[::]:5557", "[::] is a bind-all address, not one to connect to; write * (the replica's own host) or the engine's host"),
+            ("tcp://::1:5557", "IPv6 addresses go in brackets, like tcp://[::1]:5557"),
+            ("tcp://[::1:5557", "IPv6 address is missing its closing ']'"),
+            ("tcp://[zz]:5557", "\"zz\" is not an IPv6 address"),
+            ("tcp://[::1]x5557", "unexpected text after the IPv6 address"),
+            ("tcp://10.0.0.300:5557", "\"10.0.0.300\" is not an IPv4 address"),
+            ("tcp://en gine:5557", "host \"en gine\" contains ' '; expected *, a host name or an IP address"),
+            ("tcp://**:5557", "host \"**\" contains '*'; expected *, a host name or an IP address"),
+        ] {
+            assert_eq!(
+                err(endpoint),
+                format!("replicas[0].kv_events.replay_endpoint: {why} (got {endpoint:?})"),
+            );
+        }
+        // The same checks apply to `endpoint`, at its own path.
+        assert_eq!(
+            one_err(&with_kv_events("{endpoint: 'ipc:///tmp/kv'}")),
+            "replicas[0].kv_events.endpoint: only tcp:// endpoints can be subscribed to; an ipc:// endpoint cannot be reached from another host (got \"ipc:///tmp/kv\")"
+        );
+        assert_eq!(
+            one_err(&with_kv_events("{endpoint: 'tcp://*:0'}")),
+            "replicas[0].kv_events.endpoint: port 0 has the engine pick a free port, which only the engine knows; use kv_events: discover to read the ports it bound (got \"tcp://*:0\")"
+        );
+        // Both endpoints and the topic are reported together.
+        assert_eq!(
+            errs(&with_kv_events(
+                "{endpoint: 'tcp://0.0.0.0:1', replay_endpoint: 'ipc://x', topic: [a]}"
+            ))
+            .len(),
+            3
+        );
     }
 
     #[test]

@@ -41,8 +41,8 @@ pub use live::RoutingReach;
 pub use merge_patch::merge_patch;
 pub use schema::{
     Config, CostModelParams, Count, DecisionLog, Discovery, DnsGroup, Health, HotPrefix, Index,
-    KvAwareWeights, Load, Logging, Model, Observability, PolicyKind, Replica, Retry, Routing,
-    Server, TokenizerPool, UpstreamUrl,
+    KvAwareWeights, KvEventEndpoints, KvEvents, Load, Logging, Model, Observability, PolicyKind,
+    Replica, Retry, Routing, Server, TokenizerPool, UpstreamUrl,
 };
 
 /// Parses and validates a configuration from YAML text.
@@ -264,6 +264,40 @@ mod tests {
         assert_eq!(config.model_index("llama-8b"), Some(0));
     }
 
+    /// The commented `kv_events` lines of the example are valid once uncommented (with the
+    /// model's tokenizer they need).
+    #[test]
+    fn full_example_kv_events_lines_parse_uncommented() {
+        let text = std::fs::read_to_string(example("inferrail.yaml")).unwrap();
+        let text = text.replace("    # tokenizer: /models/", "    tokenizer: /models/");
+        let explicit = text
+            .replace(
+                "    # kv_events:                  #",
+                "    kv_events:                  #",
+            )
+            .replace("    #   endpoint: ", "      endpoint: ")
+            .replace("    #   replay_endpoint: ", "      replay_endpoint: ")
+            .replace("    #   topic: ", "      topic: ");
+        let config = parse_str(&explicit).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            config.replicas[0].kv_events,
+            Some(KvEvents::Endpoints(KvEventEndpoints {
+                endpoint: "tcp://*:5557".to_string(),
+                replay_endpoint: Some("tcp://*:5558".to_string()),
+                topic: String::new(),
+            }))
+        );
+        let discover = text.replace("    # kv_events: discover", "    kv_events: discover");
+        let config = parse_str(&discover).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.replicas[0].kv_events, Some(KvEvents::Discover));
+        let group = text
+            .replace("  dns: []\n  # dns:\n", "  dns:\n")
+            .replace("  #   - name: ", "    - name: ")
+            .replace("  #     ", "      ");
+        let config = parse_str(&group).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.discovery.dns[0].kv_events, Some(KvEvents::Discover));
+    }
+
     #[test]
     fn full_example_mentions_every_key() {
         let text = std::fs::read_to_string(example("inferrail.yaml")).unwrap();
@@ -290,6 +324,9 @@ mod tests {
             "max_concurrency:",
             "max_pending:",
             "kv_capacity_blocks:",
+            "kv_events:",
+            "replay_endpoint:",
+            "topic:",
             "dns:",
             "refresh:",
             "default_policy:",

@@ -279,6 +279,11 @@ mod tests {
         new.server.first_byte_timeout = Some(std::time::Duration::from_secs(5));
         new.server.stream_idle_timeout *= 2;
         assert!(old.restart_required(&new).is_empty());
+        // `kv_events` rides with its replica (or DNS group): live.
+        let mut kv = old.clone();
+        kv.replicas[0].kv_events = Some(crate::KvEvents::Discover);
+        assert!(old.restart_required(&kv).is_empty());
+        assert!(kv.restart_required(&old).is_empty());
         new.server.cores = Count::Fixed(2);
         new.index.shards = Count::Fixed(4);
         assert_eq!(old.restart_required(&new), ["server.cores", "index.shards"]);

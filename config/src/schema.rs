@@ -195,6 +195,30 @@ pub struct Replica {
     /// KV cache size in blocks; learned from the engine (or `index.default_capacity_blocks`)
     /// when `None`.
     pub kv_capacity_blocks: Option<u64>,
+    /// Where the engine publishes its KV events; the index keeps an exact mirror of the
+    /// replica's cache from them when set. `None`: predictions come from routing records only.
+    pub kv_events: Option<KvEvents>,
+}
+
+/// `kv_events` of a replica or a DNS group: the engine's KV event publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvEvents {
+    /// `{endpoint, replay_endpoint, topic}` as the engine was started with (vLLM's
+    /// `--kv-events-config`). A `*` host (vLLM's bind address) means the replica's own host.
+    Endpoints(KvEventEndpoints),
+    /// `discover`: read the engine's `GET /kv_event_sources` (one stream per data-parallel rank).
+    Discover,
+}
+
+/// The engine's KV event endpoints, each `tcp://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEventEndpoints {
+    /// The PUB socket.
+    pub endpoint: String,
+    /// The replay ROUTER socket; without it a gap or a reconnect makes the mirror unsynced.
+    pub replay_endpoint: Option<String>,
+    /// Topic prefix subscribed to. Default `""` (every topic).
+    pub topic: String,
 }
 
 impl Replica {
@@ -538,6 +562,9 @@ pub struct DnsGroup {
     pub models: Vec<String>,
     /// Time between resolutions. Default 2s, > 0.
     pub refresh: Duration,
+    /// Every member's KV event publisher: `discover`, or endpoints whose host is `*` (each
+    /// member's own address).
+    pub kv_events: Option<KvEvents>,
 }
 
 impl DnsGroup {

@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use crate::decode::kv_endpoint;
 use crate::error::Problem;
-use crate::schema::{Config, PolicyKind};
+use crate::schema::{Config, KvEvents, PolicyKind};
 use crate::units::format_duration;
 use crate::walk::{index, is_placeholder, join, Incomplete};
 
@@ -27,6 +28,23 @@ pub(crate) fn validate(config: &Config, incomplete: Incomplete, problems: &mut V
     v.policies();
     v.splits();
     v.ordered_pairs();
+}
+
+/// Whose `kv_events` is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Replica,
+    DnsGroup,
+}
+
+impl Owner {
+    /// How a message names it: "the replica's models", "the group's models".
+    fn noun(self) -> &'static str {
+        match self {
+            Owner::Replica => "replica",
+            Owner::DnsGroup => "group",
+        }
+    }
 }
 
 struct Validator<'a> {
@@ -106,7 +124,7 @@ impl Validator<'_> {
         }
     }
 
-    /// Replica ids unique, urls unique, models known.
+    /// Replica ids unique, urls unique, models known, `kv_events` usable.
     fn replicas(&mut self) {
         let replicas = &self.config.replicas;
         let mut ids: HashMap<&str, String> = HashMap::new();
@@ -134,10 +152,13 @@ impl Validator<'_> {
                 }
             }
             self.model_refs(&join(&base, "models"), &replica.models);
+            if let Some(kv) = &replica.kv_events {
+                self.kv_events(&base, Owner::Replica, kv, &replica.models);
+            }
         }
     }
 
-    /// DNS group names unique (and not a replica id), models known.
+    /// DNS group names unique (and not a replica id), models known, `kv_events` usable.
     fn dns_groups(&mut self) {
         let config = self.config;
         let mut names: HashMap<&str, String> = config
@@ -159,6 +180,76 @@ impl Validator<'_> {
                 }
             }
             self.model_refs(&join(&base, "models"), &group.models);
+            if let Some(kv) = &group.kv_events {
+                self.kv_events(&base, Owner::DnsGroup, kv, &group.models);
+            }
+        }
+    }
+
+    /// The `kv_events` of the replica or DNS group at `base`, serving `models`: a group's
+    /// endpoints are on each member's own host (`*`), the replay socket is not the PUB socket,
+    /// and one of the models has a tokenizer (the mirror keys blocks by the gateway's tokens, so
+    /// without one nothing would read it).
+    fn kv_events(&mut self, base: &str, owner: Owner, kv: &KvEvents, models: &[String]) {
+        let path = join(base, "kv_events");
+        if let KvEvents::Endpoints(e) = kv {
+            let endpoint_path = join(&path, "endpoint");
+            let sockets = [
+                ("endpoint", Some(&e.endpoint)),
+                ("replay_endpoint", e.replay_endpoint.as_ref()),
+            ];
+            if owner == Owner::DnsGroup {
+                for (key, text) in sockets {
+                    let Some(text) = text else { continue };
+                    if kv_endpoint(text).is_ok_and(|ep| ep.host != "*") {
+                        let message = format!(
+                            "a DNS group's {key} host must be * (each member's own address) (got {text:?})"
+                        );
+                        self.problem(join(&path, key), message);
+                    }
+                }
+            }
+            if let Some(replay) = &e.replay_endpoint {
+                if let (Ok(a), Ok(b)) = (kv_endpoint(&e.endpoint), kv_endpoint(replay)) {
+                    if a.same_socket(&b) {
+                        let message = format!(
+                            "same socket as {endpoint_path} ({:?}); the engine binds its replay socket on a port of its own",
+                            e.endpoint
+                        );
+                        self.problem(join(&path, "replay_endpoint"), message);
+                    }
+                }
+            }
+        }
+        self.kv_events_tokenizer(base, &path, owner, models);
+    }
+
+    /// One of `models` (of the replica or group at `base`) has a tokenizer. Skipped when the
+    /// models or a tokenizer failed to decode, or a model is unknown (already reported).
+    fn kv_events_tokenizer(&mut self, base: &str, path: &str, owner: Owner, models: &[String]) {
+        if self.incomplete.model_names
+            || models.is_empty()
+            || !self.decoded_tree(&join(base, "models"))
+        {
+            return;
+        }
+        let mut tokenized = false;
+        for name in models {
+            let Some(j) = self.config.models.iter().position(|m| m.name == *name) else {
+                return;
+            };
+            if !self.decoded(&join(&index("models", j), "tokenizer")) {
+                return;
+            }
+            tokenized |= self.config.models[j].tokenizer.is_some();
+        }
+        if !tokenized {
+            let message = format!(
+                "needs one of the {}'s models to have a tokenizer (the index keys blocks by the gateway's own tokens); models: {}",
+                owner.noun(),
+                models.join(", ")
+            );
+            self.problem(path, message);
         }
     }
 
@@ -413,6 +504,109 @@ discovery:
                 "discovery.dns[0].models[0]: unknown model \"gpt\"; expected one of: sim-llama, other",
             ]
         );
+    }
+
+    #[test]
+    fn a_dns_groups_kv_event_hosts_are_each_members_own() {
+        let group = |kv: &str| {
+            format!(
+                "models: [{{name: m, tokenizer: builtin:sim}}]\ndiscovery:\n  dns:\n    - {{name: g, url: 'http://pool.svc:8000', models: [m], kv_events: {kv}}}\n"
+            )
+        };
+        ok(&group("discover"));
+        ok(&group(
+            "{endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5558', topic: kv}",
+        ));
+        assert_eq!(
+            errs(&group(
+                "{endpoint: 'tcp://10.0.0.1:5557', replay_endpoint: 'tcp://pool.svc:5558'}"
+            )),
+            [
+                "discovery.dns[0].kv_events.endpoint: a DNS group's endpoint host must be * (each member's own address) (got \"tcp://10.0.0.1:5557\")",
+                "discovery.dns[0].kv_events.replay_endpoint: a DNS group's replay_endpoint host must be * (each member's own address) (got \"tcp://pool.svc:5558\")",
+            ]
+        );
+        assert_eq!(
+            one_err(&group("{endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://[::1]:5558'}")),
+            "discovery.dns[0].kv_events.replay_endpoint: a DNS group's replay_endpoint host must be * (each member's own address) (got \"tcp://[::1]:5558\")"
+        );
+        // A broken endpoint is reported once, not again for its host.
+        assert_eq!(
+            one_err(&group("{endpoint: 'tcp://0.0.0.0:5557'}")),
+            "discovery.dns[0].kv_events.endpoint: 0.0.0.0 is a bind-all address, not one to connect to; write * (the replica's own host) or the engine's host (got \"tcp://0.0.0.0:5557\")"
+        );
+        // A replica may name its engine's host.
+        ok("models: [{name: m, tokenizer: builtin:sim}]\nreplicas: [{id: r, url: 'http://10.0.0.1:8000', models: [m], kv_events: {endpoint: 'tcp://10.0.0.1:5557'}}]\n");
+    }
+
+    #[test]
+    fn the_replay_socket_is_not_the_pub_socket() {
+        let replica = |kv: &str| {
+            format!(
+                "models: [{{name: m, tokenizer: builtin:sim}}]\nreplicas: [{{id: r, url: 'http://10.0.0.1:8000', models: [m], kv_events: {kv}}}]\n"
+            )
+        };
+        assert_eq!(
+            one_err(&replica("{endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5557'}")),
+            "replicas[0].kv_events.replay_endpoint: same socket as replicas[0].kv_events.endpoint (\"tcp://*:5557\"); the engine binds its replay socket on a port of its own"
+        );
+        // However the host is spelled.
+        assert_eq!(
+            one_err(&replica("{endpoint: 'tcp://Engine:5557', replay_endpoint: 'tcp://engine:5557'}")),
+            "replicas[0].kv_events.replay_endpoint: same socket as replicas[0].kv_events.endpoint (\"tcp://Engine:5557\"); the engine binds its replay socket on a port of its own"
+        );
+        ok(&replica(
+            "{endpoint: 'tcp://*:5557', replay_endpoint: 'tcp://*:5558'}",
+        ));
+        ok(&replica(
+            "{endpoint: 'tcp://a:5557', replay_endpoint: 'tcp://b:5557'}",
+        ));
+        let group = "models: [{name: m, tokenizer: builtin:sim}]\ndiscovery: {dns: [{name: g, url: 'http://g:1', models: [m], kv_events: {endpoint: 'tcp://*:1', replay_endpoint: 'tcp://*:1'}}]}\n";
+        assert_eq!(
+            one_err(group),
+            "discovery.dns[0].kv_events.replay_endpoint: same socket as discovery.dns[0].kv_events.endpoint (\"tcp://*:1\"); the engine binds its replay socket on a port of its own"
+        );
+    }
+
+    #[test]
+    fn kv_events_needs_a_model_with_a_tokenizer() {
+        let text = "\
+models:
+  - {name: m1}
+  - {name: m2, aliases: [two]}
+  - {name: t, tokenizer: builtin:sim}
+replicas:
+  - {id: r0, url: 'http://a:1', models: [m1, m2], kv_events: discover}
+  - {id: r1, url: 'http://a:2', models: [m1, t], kv_events: {endpoint: 'tcp://*:5557'}}
+  - {id: r2, url: 'http://a:3', models: [m1]}
+discovery:
+  dns:
+    - {name: g, url: 'http://g:1', models: [m2], kv_events: {endpoint: 'tcp://*:5557'}}
+    - {name: h, url: 'http://h:1', models: [t, m2], kv_events: discover}
+";
+        assert_eq!(
+            errs(text),
+            [
+                "replicas[0].kv_events: needs one of the replica's models to have a tokenizer (the index keys blocks by the gateway's own tokens); models: m1, m2",
+                "discovery.dns[0].kv_events: needs one of the group's models to have a tokenizer (the index keys blocks by the gateway's own tokens); models: m2",
+            ]
+        );
+        // Not repeated over a mistake already reported: an unknown model, an alias, a broken
+        // tokenizer, a broken models list.
+        for (models, replica_models, problem) in [
+            ("[{name: m}]", "[m, x]", "replicas[0].models[1]: unknown model \"x\"; expected one of: m"),
+            ("[{name: m, aliases: [a]}]", "[m, a]", "replicas[0].models[1]: \"a\" is an alias; name the model by its canonical name \"m\""),
+            ("[{name: m, tokenizer: 5}]", "[m]", "models[0].tokenizer: expected a string (got 5)"),
+            ("[{name: m}]", "[]", "replicas[0].models: must list at least one model"),
+            ("[{aliases: [x]}]", "[m]", "models[0].name: required"),
+        ] {
+            assert_eq!(
+                one_err(&format!(
+                    "models: {models}\nreplicas: [{{id: r, url: 'http://a:1', models: {replica_models}, kv_events: discover}}]\n"
+                )),
+                problem
+            );
+        }
     }
 
     #[test]

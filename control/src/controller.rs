@@ -12,6 +12,7 @@ use crate::fleet::book::{Effect, ReplicaBook};
 use crate::fleet::discovery::{DiscoveredMember, Discovery, Resolver};
 
 use crate::fleet::health::{HealthBook, HealthSettings};
+use crate::fleet::kv_events::{KvStreams, SourcesSink, StreamTarget};
 use crate::fleet::registry::{static_replicas, Changes, Registry, Source, Wanted};
 
 use crate::fleet::worker::{self, WorkerEvent, WorkerHandle, WorkerSettings, WorkerTarget};
@@ -170,6 +171,8 @@ pub struct Controller {
     /// Health and facts of every member (pure: the events' rules live there).
     pub book: ReplicaBook,
     workers: HashMap<u64, WorkerHandle>,
+    /// The KV event streams of replicas with `kv_events`.
+    pub kv_streams: KvStreams,
     worker_settings: Rc<RefCell<WorkerSettings>>,
     discovery: Option<Discovery>,
     resolver: Arc<dyn Resolver>,
@@ -251,6 +254,7 @@ pub fn wanted_members(statics: Vec<Wanted>, discovered: &[DiscoveredMember]) -> 
         max_pending: inferrail_config::Replica::DEFAULT_MAX_PENDING,
         kv_capacity_blocks: None,
         source: Source::Dns(d.group.clone()),
+        kv_events: d.kv_events.clone(),
     }));
     all
 }
@@ -272,6 +276,7 @@ impl Controller {
             registry: seed.registry,
             book,
             workers: HashMap::new(),
+            kv_streams: KvStreams::default(),
             worker_settings: Rc::new(RefCell::new(WorkerSettings::from_config(
                 &config.health,
                 &config.load,
@@ -298,6 +303,7 @@ impl Controller {
             let mut c = ctl.borrow_mut();
             c.me = Rc::downgrade(&ctl);
             c.sync_workers();
+            c.sync_streams(&[]);
             let configured: Vec<(u64, u64)> = c
                 .registry
                 .members()
@@ -353,6 +359,44 @@ impl Controller {
             );
             self.workers.insert(m.spec.key, handle);
         }
+    }
+
+    /// Follows the KV events of exactly the members with `kv_events` whose model has a
+    /// tokenizer (the mirror names blocks by the gateway's own chain). `gone` holds the keys
+    /// that just left the registry.
+    fn sync_streams(&mut self, gone: &[u64]) {
+        let Some(p) = self.observers.predictor.clone() else {
+            return;
+        };
+        let targets = self
+            .registry
+            .members()
+            .iter()
+            .filter_map(|m| {
+                let kv_events = m.kv_events.clone()?;
+                let (model, mp) = m
+                    .spec
+                    .models
+                    .iter()
+                    .find_map(|name| p.model(name).map(|mp| (name, mp)))?;
+                Some(StreamTarget {
+                    key: m.spec.key,
+                    id: m.spec.id.clone(),
+                    addr: m.spec.addr,
+                    authority: m.spec.authority.clone(),
+                    kv_events,
+                    model: Arc::from(model.as_str()),
+                    block_size: mp.block_size as u64,
+                })
+            })
+            .collect();
+        let me = self.me.clone();
+        let sink: SourcesSink = Rc::new(move |key, news| {
+            if let Some(ctl) = me.upgrade() {
+                ctl.borrow_mut().kv_streams.on_discovery(key, news);
+            }
+        });
+        self.kv_streams.sync(targets, gone, p.index(), &sink);
     }
 
     /// A probe or scrape result from a replica worker.
@@ -423,6 +467,7 @@ impl Controller {
                     }
                 }
                 Effect::IndexCapacity { key, usable } => {
+                    self.kv_streams.set_capacity(key, usable);
                     if let Some(p) = &self.observers.predictor {
                         let _ = p.index().set_capacity(key, usable as usize);
                     }
@@ -476,6 +521,7 @@ impl Controller {
         }
         self.book.sync_members(&members_for_health(&self.registry));
         self.sync_workers();
+        self.sync_streams(&changes.removed);
         if let Some(p) = &self.observers.predictor {
             for key in &changes.removed {
                 let _ = p.index().forget(*key);

@@ -280,6 +280,12 @@ impl StreamTracker {
         }
     }
 
+    /// A batch the tracker accepted could not be applied (its payload did not decode): the
+    /// mirror misses it, so it is unsynced as after a gap it could not replay.
+    pub fn lost(&mut self) {
+        self.unsync(UnsyncedBy::Gap);
+    }
+
     /// An AllBlocksCleared was applied: the mirror is as empty as the engine's cache.
     pub fn cleared(&mut self) {
         self.sync = SyncState::Synced;

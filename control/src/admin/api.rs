@@ -2,7 +2,8 @@
 //! shadow agreement, and the merged metrics page.
 
 use crate::admin::metrics::{
-    self, BrainView, ControlView, EngineRow, IndexRow, PredictionView, ReplicaRow, ShadowRow,
+    self, BrainView, ControlView, EngineRow, EventRow, IndexRow, PredictionView, ReplicaRow,
+    ShadowRow,
 };
 use crate::admin::response::AdminResponse;
 use crate::controller::{Controller, ScrapeState};
@@ -326,12 +327,36 @@ fn index_rows(ctl: &Controller) -> Vec<IndexRow> {
         .iter()
         .filter_map(|r| {
             let s = stats.iter().find(|s| s.key == r.spec.key)?;
+            let events = ctl.kv_streams.view(r.spec.key).map(|v| {
+                let mut row = EventRow {
+                    orphans: s.events.orphans,
+                    ..EventRow::default()
+                };
+                for stream in v.streams {
+                    let f = stream.stats.figures();
+                    row.streams += 1;
+                    row.connected += u64::from(f.connected);
+                    row.batches += f.batches;
+                    row.events += f.events;
+                    row.gaps += f.gaps;
+                    row.replays += f.replays;
+                    row.replay_failures += f.replay_failures;
+                    row.restarts += f.restarts;
+                    row.resyncs += f.resyncs;
+                    row.decode_errors += f.decode_errors;
+                    row.lag_seconds = row.lag_seconds.max(f.last_lag_us as f64 / 1e6);
+                }
+                row
+            });
             Some(IndexRow {
                 id: r.spec.id.clone(),
                 entries: s.entries as u64,
                 bytes: s.bytes as u64,
                 capacity: s.capacity as u64,
                 resets: s.resets,
+                mode: s.mode.as_str(),
+                mirror_blocks: s.mirror_blocks as u64,
+                events,
             })
         })
         .collect()
@@ -362,7 +387,40 @@ pub fn index(ctl: &Controller) -> Value {
             "bytes": r.bytes,
             "bytes_per_entry": per_entry(r.bytes, r.entries),
             "resets": r.resets,
+            "mode": r.mode,
+            "mirror_blocks": r.mirror_blocks,
+            "kv_events": kv_events_view(ctl, &r.id),
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// A replica's KV event streams for `/admin/index`: how they were configured, each rank's
+/// endpoint and figures, and why discovery has found none yet; `null` without `kv_events`.
+fn kv_events_view(ctl: &Controller, id: &str) -> Value {
+    let Some(key) = ctl
+        .current()
+        .replicas
+        .iter()
+        .find(|r| r.spec.id == id)
+        .map(|r| r.spec.key)
+    else {
+        return Value::Null;
+    };
+    let Some(v) = ctl.kv_streams.view(key) else {
+        return Value::Null;
+    };
+    json!({
+        "configured": v.configured,
+        "discovery_problem": v.discovery_problem,
+        "streams": v.streams.iter().map(|s| {
+            let mut figures = s.stats.figures().to_json();
+            if let Some(o) = figures.as_object_mut() {
+                o.insert("rank".into(), json!(s.source.rank));
+                o.insert("endpoint".into(), json!(s.source.endpoint));
+                o.insert("replay_endpoint".into(), json!(s.source.replay_endpoint));
+            }
+            figures
+        }).collect::<Vec<_>>(),
     })
 }
 

@@ -68,6 +68,41 @@ pub struct IndexRow {
     pub capacity: u64,
     /// Times cleared (engine restarts).
     pub resets: u64,
+    /// Which view answers its lookups: `approximate`, `exact` or `unsynced`.
+    pub mode: &'static str,
+    /// Engine blocks held in its KV event mirror.
+    pub mirror_blocks: u64,
+    /// Its KV event streams, summed over data-parallel ranks, when it has `kv_events`.
+    pub events: Option<EventRow>,
+}
+
+/// One replica's KV event streams, summed over its data-parallel ranks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventRow {
+    /// Streams followed (one per rank).
+    pub streams: u64,
+    /// Of them, subscribed now.
+    pub connected: u64,
+    /// Batches applied.
+    pub batches: u64,
+    /// Events in them.
+    pub events: u64,
+    /// Sequence gaps seen.
+    pub gaps: u64,
+    /// Replays asked for.
+    pub replays: u64,
+    /// Replays that failed.
+    pub replay_failures: u64,
+    /// Publisher restarts seen.
+    pub restarts: u64,
+    /// Returns to synced.
+    pub resyncs: u64,
+    /// Payloads that did not decode.
+    pub decode_errors: u64,
+    /// Stored runs the mirror refused because their parent was unknown.
+    pub orphans: u64,
+    /// The largest last-batch lag over the ranks, seconds.
+    pub lag_seconds: f64,
 }
 
 /// Tokenization and prediction counters, summed over the data cores.
@@ -548,6 +583,121 @@ fn render_prediction(out: &mut String, p: &PredictionView) {
             let _ = writeln!(out, "\"}} {}", field(r));
         }
     }
+    family(
+        out,
+        "inferrail_index_mode",
+        "gauge",
+        "1 for the view answering the replica's lookups: exact (its KV events), unsynced (events \
+         missing: routing records) or approximate (no events: routing records).",
+    );
+    for r in &p.index {
+        for mode in ["approximate", "exact", "unsynced"] {
+            out.push_str("inferrail_index_mode{replica=\"");
+            label(out, &r.id);
+            let _ = writeln!(out, "\",mode=\"{mode}\"}} {}", u8::from(r.mode == mode));
+        }
+    }
+    family(
+        out,
+        "inferrail_index_mirror_blocks",
+        "gauge",
+        "Engine blocks held in the replica's KV event mirror.",
+    );
+    for r in &p.index {
+        out.push_str("inferrail_index_mirror_blocks{replica=\"");
+        label(out, &r.id);
+        let _ = writeln!(out, "\"}} {}", r.mirror_blocks);
+    }
+    event_families(out, &p.index);
+}
+
+/// The KV event stream families, for replicas with `kv_events`.
+fn event_families(out: &mut String, rows: &[IndexRow]) {
+    type EventField = fn(&EventRow) -> String;
+    let families: [(&str, &str, &str, EventField); 12] = [
+        (
+            "inferrail_kv_events_streams",
+            "gauge",
+            "KV event streams followed (one per data-parallel rank).",
+            |e| e.streams.to_string(),
+        ),
+        (
+            "inferrail_kv_events_connected",
+            "gauge",
+            "KV event streams subscribed now.",
+            |e| e.connected.to_string(),
+        ),
+        (
+            "inferrail_kv_events_batches_total",
+            "counter",
+            "KV event batches applied to the mirror.",
+            |e| e.batches.to_string(),
+        ),
+        (
+            "inferrail_kv_events_events_total",
+            "counter",
+            "KV events in the applied batches.",
+            |e| e.events.to_string(),
+        ),
+        (
+            "inferrail_kv_events_gaps_total",
+            "counter",
+            "Sequence gaps seen on the live stream.",
+            |e| e.gaps.to_string(),
+        ),
+        (
+            "inferrail_kv_events_replays_total",
+            "counter",
+            "Replays asked of the engine's replay endpoint.",
+            |e| e.replays.to_string(),
+        ),
+        (
+            "inferrail_kv_events_replay_failures_total",
+            "counter",
+            "Replays that failed (the mirror was unsynced).",
+            |e| e.replay_failures.to_string(),
+        ),
+        (
+            "inferrail_kv_events_restarts_total",
+            "counter",
+            "Publisher restarts seen (sequence back to 0): the mirror was cleared.",
+            |e| e.restarts.to_string(),
+        ),
+        (
+            "inferrail_kv_events_resyncs_total",
+            "counter",
+            "Times the mirror became trustworthy again after it was not.",
+            |e| e.resyncs.to_string(),
+        ),
+        (
+            "inferrail_kv_events_decode_errors_total",
+            "counter",
+            "Event payloads that did not decode (each unsyncs the mirror).",
+            |e| e.decode_errors.to_string(),
+        ),
+        (
+            "inferrail_kv_events_orphans_total",
+            "counter",
+            "Stored runs refused because their parent block was not in the mirror.",
+            |e| e.orphans.to_string(),
+        ),
+        (
+            "inferrail_kv_events_lag_seconds",
+            "gauge",
+            "Engine timestamp to applied, of the last batch (the largest over ranks).",
+            |e| format!("{:.6}", e.lag_seconds),
+        ),
+    ];
+    for (name, kind, help, field) in families {
+        family(out, name, kind, help);
+        for r in rows {
+            let Some(e) = &r.events else { continue };
+            out.push_str(name);
+            out.push_str("{replica=\"");
+            label(out, &r.id);
+            let _ = writeln!(out, "\"}} {}", field(e));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -616,6 +766,22 @@ mod tests {
                     bytes: 133_120,
                     capacity: 16384,
                     resets: 1,
+                    mode: "exact",
+                    mirror_blocks: 2040,
+                    events: Some(EventRow {
+                        streams: 1,
+                        connected: 1,
+                        batches: 300,
+                        events: 900,
+                        gaps: 1,
+                        replays: 2,
+                        replay_failures: 0,
+                        restarts: 1,
+                        resyncs: 1,
+                        decode_errors: 0,
+                        orphans: 0,
+                        lag_seconds: 0.000_85,
+                    }),
                 }],
             },
             brain: BrainView {

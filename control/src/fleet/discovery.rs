@@ -110,6 +110,8 @@ pub struct DiscoveredMember {
     pub authority: String,
     /// Canonical names of the models it serves (the group's).
     pub models: Vec<String>,
+    /// The group's `kv_events`.
+    pub kv_events: Option<inferrail_config::KvEvents>,
 }
 
 /// The replica id of `addr` in `group`: `<group>-<ip>-<port>`, an IPv6 address's colons replaced
@@ -137,6 +139,7 @@ fn members_of(group: &DnsGroup, addrs: &[SocketAddr]) -> Vec<DiscoveredMember> {
             addr,
             authority: group.url.authority(),
             models: group.models.clone(),
+            kv_events: group.kv_events.clone(),
         })
         .collect()
 }
@@ -474,6 +477,7 @@ mod tests {
             url: UpstreamUrl::parse(url).unwrap(),
             models: vec!["m".to_string()],
             refresh: Duration::from_millis(refresh_ms),
+            kv_events: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! stays across a reload or a DNS refresh keeps its key, so the data cores keep its counters,
 //! breaker counts and idle connections, and the health book keeps its health.
 
-use inferrail_config::Config;
+use inferrail_config::{Config, KvEvents};
 use inferrail_dataplane::fleet::SharedLedger;
 use inferrail_dataplane::snapshot::ReplicaSpec;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -34,6 +34,8 @@ pub struct Member {
     pub spec: ReplicaSpec,
     /// Static or discovered.
     pub source: Source,
+    /// Where its engine publishes KV events, when followed.
+    pub kv_events: Option<KvEvents>,
 }
 
 /// A replica the registry should hold, before it has a key.
@@ -55,6 +57,8 @@ pub struct Wanted {
     pub kv_capacity_blocks: Option<u64>,
     /// Origin.
     pub source: Source,
+    /// Its `kv_events` (a DNS group's for its members).
+    pub kv_events: Option<KvEvents>,
 }
 
 /// What one [`Registry::update`] changed.
@@ -64,7 +68,7 @@ pub struct Changes {
     pub added: Vec<u64>,
     /// Keys of members that left.
     pub removed: Vec<u64>,
-    /// Keys of members whose models or caps changed (same key).
+    /// Keys of members whose models, caps or `kv_events` changed (same key).
     pub updated: Vec<u64>,
 }
 
@@ -121,6 +125,7 @@ impl Registry {
                         || m.spec.max_pending != w.max_pending
                         || m.spec.kv_capacity_blocks != w.kv_capacity_blocks
                         || m.source != w.source
+                        || m.kv_events != w.kv_events
                     {
                         changes.updated.push(m.spec.key);
                     }
@@ -146,6 +151,7 @@ impl Registry {
                     ledger,
                 },
                 source: w.source,
+                kv_events: w.kv_events,
             });
         }
         for old in &self.members {
@@ -201,6 +207,7 @@ pub fn static_replicas(config: &Config) -> Result<Vec<Wanted>, ResolveError> {
                 max_pending: r.max_pending,
                 kv_capacity_blocks: r.kv_capacity_blocks,
                 source: Source::Static,
+                kv_events: r.kv_events.clone(),
             })
         })
         .collect()
@@ -220,6 +227,7 @@ mod tests {
             max_pending: 5,
             kv_capacity_blocks: None,
             source: Source::Static,
+            kv_events: None,
         }
     }
 

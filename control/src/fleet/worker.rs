@@ -243,7 +243,7 @@ async fn wait_tick(stop: &StopSignal, scheduled: &mut Option<Instant>, interval:
 }
 
 /// Runs `fut` unless the stop signal fires first (`None`); dropping `fut` then cancels it.
-async fn until_stopped<F: Future>(stop: &StopSignal, fut: F) -> Option<F::Output> {
+pub(crate) async fn until_stopped<F: Future>(stop: &StopSignal, fut: F) -> Option<F::Output> {
     if stop.is_stopped() {
         return None;
     }
@@ -261,14 +261,14 @@ async fn until_stopped<F: Future>(stop: &StopSignal, fut: F) -> Option<F::Output
 /// monoio's wakers of one task compare unequal, and a list deduplicated that way grew by one or
 /// two entries per wait for as long as the gateway ran.)
 #[derive(Default)]
-struct StopSignal {
+pub(crate) struct StopSignal {
     stopped: Cell<bool>,
     /// The waker of each wait in progress, by slot; `None` marks a free slot.
     wakers: RefCell<Vec<Option<Waker>>>,
 }
 
 impl StopSignal {
-    fn trigger(&self) {
+    pub(crate) fn trigger(&self) {
         self.stopped.set(true);
         let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
         for waker in wakers.into_iter().flatten() {
@@ -276,7 +276,7 @@ impl StopSignal {
         }
     }
 
-    fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.get()
     }
 

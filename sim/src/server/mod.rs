@@ -463,6 +463,12 @@ async fn server_main(
         .unwrap_or(0.0);
     let metrics = VllmMetrics::new(model.clone(), 0, cache, created);
     let mut engine_core = core::Core::new(sched, metrics, opts.zero_latency);
+    // vLLM 0.32 publishes the endpoints it bound when asked for port 0 (the node's address and
+    // the port the OS chose); the simulator's node address is the one it serves HTTP on.
+    let bound = kv.as_ref().map(|p| {
+        let node = |a: SocketAddr| tcp_endpoint(SocketAddr::new(opts.host, a.port()));
+        (p.local_addr().map(node), p.replay_addr().map(node))
+    });
     if let Some(p) = kv {
         engine_core.set_kv_publisher(p);
     }
@@ -501,7 +507,7 @@ async fn server_main(
             prompt_tokens_details: opts.enable_prompt_tokens_details,
             request_id_headers: opts.enable_request_id_headers,
             seed: opts.seed,
-            kv_event_sources: kv_event_sources(opts.kv_events_config.as_ref()),
+            kv_event_sources: kv_event_sources(opts.kv_events_config.as_ref(), bound),
             tokenizer,
             enable_scale_out: opts.enable_scale_out,
             server_info: opts
@@ -540,21 +546,44 @@ async fn server_main(
     engine.await;
 }
 
+/// `tcp://IP:PORT`, an IPv6 address bracketed.
+fn tcp_endpoint(a: SocketAddr) -> String {
+    format!("tcp://{a}")
+}
+
 /// The `/kv_event_sources` body vLLM serves: rank 0's KV events config when it publishes over
 /// ZMQ, `{}` otherwise.
-fn kv_event_sources(config: Option<&crate::kv_events::KvEventsConfig>) -> String {
+fn kv_event_sources(
+    config: Option<&crate::kv_events::KvEventsConfig>,
+    bound: Option<(Option<String>, Option<String>)>,
+) -> String {
+    let (bound_pub, bound_replay) = bound.unwrap_or_default();
+    // Port 0 is reported as the endpoint actually bound; any other endpoint as configured.
+    let shown = |configured: &str, bound: Option<String>| match bound {
+        Some(b) if configured.ends_with(":0") => b,
+        _ => configured.to_string(),
+    };
+    let endpoints = config.map(|c| {
+        (
+            shown(&c.endpoint, bound_pub),
+            c.replay_endpoint.as_deref().map(|r| shown(r, bound_replay)),
+        )
+    });
     let sources: Vec<crate::openai::KvEventSource<'_>> = config
-        .filter(|c| c.publishes())
-        .map(|c| crate::openai::KvEventSource {
-            rank: 0,
-            publisher: c.publisher_kind(),
-            endpoint: &c.endpoint,
-            replay_endpoint: c.replay_endpoint.as_deref(),
-            buffer_steps: c.buffer_steps as u64,
-            hwm: c.hwm as u64,
-            max_queue_size: c.max_queue_size as u64,
-            topic: &c.topic,
-        })
+        .zip(endpoints.as_ref())
+        .filter(|(c, _)| c.publishes())
+        .map(
+            |(c, (endpoint, replay_endpoint))| crate::openai::KvEventSource {
+                rank: 0,
+                publisher: c.publisher_kind(),
+                endpoint,
+                replay_endpoint: replay_endpoint.as_deref(),
+                buffer_steps: c.buffer_steps as u64,
+                hwm: c.hwm as u64,
+                max_queue_size: c.max_queue_size as u64,
+                topic: &c.topic,
+            },
+        )
         .into_iter()
         .collect();
     crate::openai::kv_event_sources_body(&sources)

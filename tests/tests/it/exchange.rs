@@ -190,11 +190,12 @@ fn a_fleet_out_of_rotation_is_refused_as_such_not_as_full() {
         "",
         "health:\n  interval: 50ms\n  timeout: 40ms\n  unhealthy_threshold: 1\nretry:\n  max_attempts: 2\n  backoff: 1ms\n",
     ));
-    // Until the health checks take both out, requests fail on connect (502).
+    // Until the health checks take both out, requests fail on connect (502); one in flight
+    // when its engine is ejected is answered "left rotation while the request waited" (503).
     let mut refusal = None;
     assert!(wait_until(Duration::from_secs(5), || {
         let r = post_chat(gw.addr, &chat(MODEL, false));
-        let out = r.status == 503;
+        let out = r.status == 503 && !String::from_utf8_lossy(&r.body).contains("left rotation");
         refusal = out.then_some(r);
         out
     }));

@@ -10,6 +10,7 @@ mod disconnect;
 mod errors;
 mod exchange;
 mod fleet;
+mod kv_events;
 mod lifecycle;
 mod live;
 mod module_graph;
