@@ -357,6 +357,12 @@ fn index_rows(ctl: &Controller) -> Vec<IndexRow> {
                 mode: s.mode.as_str(),
                 mirror_blocks: s.mirror_blocks as u64,
                 events,
+                speculative: [
+                    s.speculative.inserted,
+                    s.speculative.confirmed,
+                    s.speculative.expired,
+                    s.speculative.taken_back,
+                ],
             })
         })
         .collect()
@@ -390,6 +396,12 @@ pub fn index(ctl: &Controller) -> Value {
             "mode": r.mode,
             "mirror_blocks": r.mirror_blocks,
             "kv_events": kv_events_view(ctl, &r.id),
+            "speculative": {
+                "inserted": r.speculative[0],
+                "confirmed": r.speculative[1],
+                "expired": r.speculative[2],
+                "taken_back": r.speculative[3],
+            },
         })).collect::<Vec<_>>(),
     })
 }

@@ -74,6 +74,9 @@ pub struct IndexRow {
     pub mirror_blocks: u64,
     /// Its KV event streams, summed over data-parallel ranks, when it has `kv_events`.
     pub events: Option<EventRow>,
+    /// Speculative entries (routed in exact mode, before the events confirm them): inserted,
+    /// confirmed, expired, taken back.
+    pub speculative: [u64; 4],
 }
 
 /// One replica's KV event streams, summed over its data-parallel ranks.
@@ -608,6 +611,23 @@ fn render_prediction(out: &mut String, p: &PredictionView) {
         label(out, &r.id);
         let _ = writeln!(out, "\"}} {}", r.mirror_blocks);
     }
+    family(
+        out,
+        "inferrail_index_speculative_total",
+        "counter",
+        "Routed prompts held as cached until the engine's events confirm them, by outcome: \
+         inserted, confirmed (the engine stored them), expired (it did not), taken_back.",
+    );
+    for r in p.index.iter().filter(|r| r.events.is_some()) {
+        for (result, n) in ["inserted", "confirmed", "expired", "taken_back"]
+            .iter()
+            .zip(r.speculative)
+        {
+            out.push_str("inferrail_index_speculative_total{replica=\"");
+            label(out, &r.id);
+            let _ = writeln!(out, "\",result=\"{result}\"}} {n}");
+        }
+    }
     event_families(out, &p.index);
 }
 
@@ -782,6 +802,7 @@ mod tests {
                         orphans: 0,
                         lag_seconds: 0.000_85,
                     }),
+                    speculative: [40, 37, 2, 1],
                 }],
             },
             brain: BrainView {

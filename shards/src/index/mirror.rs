@@ -310,6 +310,11 @@ impl EngineMirror {
         self.counters.cleared += 1;
     }
 
+    /// Whether some copy of the block named `h` (the router's name) is on the GPU.
+    pub fn holds_gpu(&self, h: &BlockHash) -> bool {
+        self.ours.get(h).is_some_and(|c| c[0] > 0)
+    }
+
     /// How many leading blocks of `prompt` (router names, as [`crate::prefix_hash`] computes
     /// them for a request) the engine holds, on its GPU and in any medium. Exact: one probe per
     /// block up to the first one not held anywhere.

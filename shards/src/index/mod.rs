@@ -16,6 +16,7 @@ mod reference;
 mod replica_blocks;
 mod reply;
 mod shards;
+mod speculative;
 
 pub use error::IndexError;
 pub use feed::{apply_batch, engine_id, run_salt, BatchApplied};
@@ -25,3 +26,4 @@ pub use mirror::{
 pub use replica_blocks::{RecordUndo, ReplicaBlocks, MAX_CAPACITY_BLOCKS};
 pub use reply::{LookupReply, StatsReply};
 pub use shards::{shard_of, IndexConfig, IndexMode, IndexShards, RecordTicket, ReplicaIndexStats};
+pub use speculative::{Speculative, SpeculativeCounters, SPECULATIVE_TTL};

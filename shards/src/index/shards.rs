@@ -20,12 +20,14 @@ use super::feed::{apply_batch, BatchApplied};
 use super::mirror::EngineMirror;
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
 use super::reply::{Gather, LookupReply, PartSender, StatsReply};
+use super::speculative::{Speculative, SpeculativeCounters, SPECULATIVE_TTL};
 use crate::prefix_hash::BlockHash;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use inferrail_events::KvEventBatch;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// How the index shards are set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,10 @@ pub struct ReplicaIndexStats {
     pub mirror_blocks: usize,
     /// Everything its KV events did to the mirror since it was made.
     pub events: BatchApplied,
+    /// What its speculative entries (routed, not yet confirmed by events) came to.
+    pub speculative: SpeculativeCounters,
+    /// Distinct blocks held speculatively now.
+    pub speculative_blocks: usize,
 }
 
 /// Which view of a replica's cache answers lookups.
@@ -404,13 +410,26 @@ struct Exact {
     mirror: EngineMirror,
     synced: bool,
     events: BatchApplied,
+    /// What was routed here and the events have not confirmed yet.
+    speculative: Speculative,
 }
 
 impl Replica {
     /// How many leading blocks of `prompt` the replica holds, by the view its mode names.
-    fn held(&self, prompt: &[crate::prefix_hash::BlockHash]) -> usize {
-        match &self.exact {
-            Some(e) if e.synced => e.mirror.matched(prompt).gpu,
+    fn held(&mut self, prompt: &[crate::prefix_hash::BlockHash], now: Instant) -> usize {
+        match &mut self.exact {
+            Some(Exact {
+                mirror,
+                speculative,
+                synced: true,
+                ..
+            }) => {
+                speculative.expire(now, |b| mirror.holds_gpu(b));
+                prompt
+                    .iter()
+                    .take_while(|h| mirror.holds_gpu(h) || speculative.contains(h))
+                    .count()
+            }
             _ => self.blocks.matched_prefix(prompt),
         }
     }
@@ -431,7 +450,7 @@ fn run_shard(commands: Receiver<Command>, default_capacity: usize) {
         default_capacity,
     };
     for command in commands.iter() {
-        shard.apply(command);
+        shard.apply(command, Instant::now());
     }
 }
 
@@ -458,10 +477,12 @@ impl Shard {
             mirror: EngineMirror::new(capacity),
             synced: false,
             events: BatchApplied::default(),
+            speculative: Speculative::new(SPECULATIVE_TTL, capacity),
         })
     }
 
-    fn apply(&mut self, command: Command) {
+    /// Applies one command at time `now` (speculative entries expire by it).
+    fn apply(&mut self, command: Command, now: Instant) {
         match command {
             Command::Lookup {
                 prompt,
@@ -471,7 +492,10 @@ impl Shard {
                 let answers = replicas
                     .iter()
                     .map(|&(position, key)| {
-                        let held = self.replicas.get(&key).map_or(0, |r| r.held(&prompt));
+                        let held = self
+                            .replicas
+                            .get_mut(&key)
+                            .map_or(0, |r| r.held(&prompt, now));
                         (position, held.min(u32::MAX as usize) as u32)
                     })
                     .collect();
@@ -483,7 +507,11 @@ impl Shard {
                 partial,
                 undo,
             } => {
-                let token = self.entry(replica).blocks.record_prompt(&blocks, partial);
+                let r = self.entry(replica);
+                let token = r.blocks.record_prompt(&blocks, partial);
+                if let Some(e) = &mut r.exact {
+                    e.speculative.insert(blocks, now);
+                }
                 *lock(&undo) = Some(token);
             }
             Command::TakeBack {
@@ -494,6 +522,9 @@ impl Shard {
                 let token = lock(&undo).take();
                 if let (Some(token), Some(r)) = (token, self.replicas.get_mut(&replica)) {
                     r.blocks.take_back(&blocks, token);
+                    if let Some(e) = &mut r.exact {
+                        e.speculative.take_back(&blocks);
+                    }
                 }
             }
             Command::Forget { replica } => {
@@ -509,6 +540,7 @@ impl Shard {
                 r.blocks.set_capacity(blocks);
                 if let Some(e) = &mut r.exact {
                     e.mirror.set_capacity(blocks);
+                    e.speculative.set_capacity(blocks);
                 }
             }
             Command::Events {
@@ -519,9 +551,16 @@ impl Shard {
                 let e = self.exact(replica);
                 let applied = apply_batch(&mut e.mirror, &model, &batch);
                 e.events.add(applied);
+                if applied.cleared > 0 {
+                    e.speculative.clear();
+                }
+                let mirror = &e.mirror;
+                e.speculative.confirm(|b| mirror.holds_gpu(b));
             }
             Command::ClearMirror { replica } => {
-                self.exact(replica).mirror.cleared();
+                let e = self.exact(replica);
+                e.mirror.cleared();
+                e.speculative.clear();
             }
             Command::SetSynced { replica, synced } => {
                 self.exact(replica).synced = synced;
@@ -547,6 +586,13 @@ impl Shard {
                             .exact
                             .as_ref()
                             .map_or_else(BatchApplied::default, |e| e.events),
+                        speculative: r
+                            .exact
+                            .as_ref()
+                            .map_or_else(SpeculativeCounters::default, |e| {
+                                e.speculative.counters()
+                            }),
+                        speculative_blocks: r.exact.as_ref().map_or(0, |e| e.speculative.len()),
                     })
                     .collect();
                 reply.send(stats);

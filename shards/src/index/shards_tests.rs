@@ -452,3 +452,31 @@ fn the_mirror_takes_the_replicas_capacity() {
     let stats = index.stats().unwrap();
     assert_eq!((stats[0].mirror_blocks, stats[0].events.stored), (4, 4));
 }
+
+#[test]
+fn in_exact_mode_a_routed_prompt_counts_until_its_events_arrive_and_a_take_back_removes_it() {
+    let index = start(2, 100);
+    let model: Arc<str> = Arc::from("m");
+    index.set_synced(3, true).unwrap();
+    let prompt = chain(&[1, 2, 3, 4]);
+    assert_eq!(held(&index, &prompt, 3), 0, "an empty engine");
+    // Routed here before the engine published anything: its siblings find it.
+    let ticket = index.record(3, Arc::clone(&prompt)).unwrap();
+    assert_eq!(held(&index, &prompt, 3), 4);
+    let stats = index.stats().unwrap();
+    let s = stats.iter().find(|s| s.key == 3).unwrap();
+    assert_eq!((s.speculative.inserted, s.speculative_blocks), (1, 4));
+    // The attempt never reached the engine: taken back, the prompt is cold again.
+    index.take_back(ticket).unwrap();
+    assert_eq!(held(&index, &prompt, 3), 0);
+    // The events of another routed prompt: the mirror and the speculative entry agree.
+    let second = chain(&[1, 2]);
+    index.record(3, Arc::clone(&second)).unwrap();
+    index
+        .apply_events(3, Arc::clone(&model), stored_batch(20..22, &[1, 2]))
+        .unwrap();
+    assert_eq!(held(&index, &prompt, 3), 2);
+    // An engine restart drops both.
+    index.clear_mirror(3).unwrap();
+    assert_eq!(held(&index, &prompt, 3), 0);
+}

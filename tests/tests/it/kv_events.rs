@@ -221,3 +221,89 @@ fn predictions_follow_the_engines_events_through_a_reset_the_gateway_never_saw()
             > 0.0
     );
 }
+
+/// Simulators with events and vLLM's latency (a long prompt prefills for about 100 ms).
+fn slow_fleet(n: usize, policy: &str) -> (Vec<SimServer>, TestGateway) {
+    let sims: Vec<SimServer> = (0..n)
+        .map(|seed| {
+            let events = KvEventsConfig::parse(
+                r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:0",
+                    "replay_endpoint": "tcp://*:0"}"#,
+            )
+            .expect("events config");
+            SimServer::start(SimOptions {
+                enable_prompt_tokens_details: true,
+                num_gpu_blocks_override: Some(512),
+                max_model_len: 4096,
+                block_size: BLOCK,
+                seed: seed as u64,
+                kv_events_config: Some(events),
+                ..SimOptions::new(MODEL)
+            })
+            .expect("simulator starts")
+        })
+        .collect();
+    let mut yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 2\n\
+         models:\n  - name: {MODEL}\n    policy: {policy}\n    tokenizer: builtin:sim\n    block_size: {BLOCK}\n\
+         routing:\n  bounded_load_floor: 16\ntokenizer:\n  max_wait: 2s\nreplicas:\n"
+    );
+    for (i, s) in sims.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim-{i}\n    url: {}\n    models: [{MODEL}]\n    kv_capacity_blocks: 512\n    kv_events: discover\n",
+            s.url()
+        ));
+    }
+    let gw = TestGateway::start(&yaml);
+    let ids: Vec<String> = (0..n).map(|i| format!("sim-{i}")).collect();
+    let exact = wait_until(Duration::from_secs(10), || {
+        ids.iter().all(|id| index_row(&gw, id)["mode"] == "exact")
+    });
+    assert!(
+        exact,
+        "every replica exact: {}",
+        gw.admin("GET", "/admin/index", None).1
+    );
+    (sims, gw)
+}
+
+#[test]
+fn siblings_of_a_new_long_prompt_sent_before_its_events_find_each_other() {
+    let (_sims, gw) = slow_fleet(3, "kv_aware");
+    let prefix = "The router keeps every replica's cache in view and sends a request where its \
+                  prompt already is. "
+        .repeat(40);
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..10)
+        .map(|i| {
+            let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
+                {"role": "system", "content": prefix},
+                {"role": "user", "content": format!("sibling {i}")}]});
+            let addr = gw.addr;
+            // Ten siblings a few milliseconds apart: all routed while the first still prefills.
+            std::thread::sleep(Duration::from_millis(3));
+            std::thread::spawn(move || send(&mut connect(addr), &body))
+        })
+        .collect();
+    let results: Vec<(u64, u64, String)> = threads
+        .into_iter()
+        .map(|t| t.join().expect("request thread"))
+        .collect();
+    let sent_within = started.elapsed();
+    let first = &results[0].2;
+    let together = results.iter().filter(|r| &r.2 == first).count();
+    assert_eq!(
+        together, 10,
+        "all siblings with the first on {first}: {results:?}"
+    );
+    assert!(
+        results[1..].iter().all(|r| r.0 > 0),
+        "every sibling predicted the first one's blocks: {results:?}"
+    );
+    let row = index_row(&gw, first);
+    assert!(
+        row["speculative"]["inserted"].as_u64().unwrap_or(0) >= 10,
+        "routed prompts held until confirmed: {row}"
+    );
+    eprintln!("ten siblings in {sent_within:?}: {results:?}");
+}
