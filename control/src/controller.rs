@@ -390,13 +390,18 @@ impl Controller {
                 })
             })
             .collect();
+        let sink = self.sources_sink();
+        self.kv_streams.sync(targets, gone, p.index(), &sink);
+    }
+
+    /// Where a KV events discovery reports (the controller, while it lives).
+    fn sources_sink(&self) -> SourcesSink {
         let me = self.me.clone();
-        let sink: SourcesSink = Rc::new(move |key, news| {
+        Rc::new(move |key, news| {
             if let Some(ctl) = me.upgrade() {
                 ctl.borrow_mut().kv_streams.on_discovery(key, news);
             }
-        });
-        self.kv_streams.sync(targets, gone, p.index(), &sink);
+        })
     }
 
     /// A probe or scrape result from a replica worker.
@@ -484,6 +489,10 @@ impl Controller {
     /// Periodic work: ejection expiry, discovery results, and a publish that refreshes the cores'
     /// view of each other's load when the last one is older than `refresh`.
     pub fn tick(&mut self, now: Instant, refresh: Duration) {
+        if self.kv_streams.any_stale() {
+            let sink = self.sources_sink();
+            self.kv_streams.rediscover_stale(&sink);
+        }
         let effects = self.book.tick(now);
         let mut dirty = self.carry_out(effects);
         if let Some(members) = self.discovery.as_ref().and_then(Discovery::poll) {

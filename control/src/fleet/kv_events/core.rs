@@ -86,6 +86,7 @@ impl StreamCore {
     /// A connection attempt failed; returns how long to wait before the next one.
     pub fn connect_failed(&mut self, sink: &mut dyn MirrorSink) -> Duration {
         self.stats.connect_failures.fetch_add(1, Relaxed);
+        self.stats.failures_in_a_row.fetch_add(1, Relaxed);
         self.connected = false;
         self.tell(sink);
         self.tracker.disconnected()
@@ -94,6 +95,7 @@ impl StreamCore {
     /// The subscription is up: read on, or replay what may have been missed first.
     pub fn connected(&mut self, sink: &mut dyn MirrorSink) -> Step {
         self.stats.connects.fetch_add(1, Relaxed);
+        self.stats.failures_in_a_row.store(0, Relaxed);
         self.stats.connected.store(true, Relaxed);
         self.connected = true;
         let step = match self.tracker.connected() {

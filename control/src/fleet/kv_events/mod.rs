@@ -37,6 +37,9 @@ const DISCOVER_TIMEOUT: Duration = Duration::from_secs(2);
 const DISCOVER_RETRY: Duration = Duration::from_secs(2);
 /// Largest `/kv_event_sources` body read.
 const DISCOVER_CAP: usize = 64 * 1024;
+/// Failed connection attempts in a row after which a discovered stream's endpoints are read
+/// again: a restarted engine that binds port 0 publishes on new ports.
+pub const REDISCOVER_AFTER: u64 = 3;
 
 /// A replica whose events the gateway should follow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +82,16 @@ struct ReplicaStreams {
 }
 
 impl ReplicaStreams {
+    /// A discovered replica one of whose streams failed [`REDISCOVER_AFTER`] times in a row.
+    fn stale(&self) -> bool {
+        self.target.kv_events == KvEvents::Discover
+            && self.discovering.is_none()
+            && self
+                .streams
+                .iter()
+                .any(|s| s.stats.failures_in_a_row.load(Relaxed) >= REDISCOVER_AFTER)
+    }
+
     /// Stops every thread and the discovery task; the mirror's later operations are dropped.
     fn stop(&mut self, forget: bool) {
         self.stop.store(true, Relaxed);
@@ -146,18 +159,7 @@ impl KvStreams {
                     let sources = sources::from_config(e, r.target.addr.ip());
                     start_streams(&mut r, sources);
                 }
-                KvEvents::Discover => {
-                    // Untrusted until discovery finds the streams and they sync.
-                    r.mirror.start_generation(0);
-                    let stop = Rc::new(StopSignal::default());
-                    monoio::spawn(discover(
-                        r.target.clone(),
-                        stop.clone(),
-                        sources_sink.clone(),
-                    ));
-                    r.discovering = Some(stop);
-                    r.discovery_problem = Some("not answered yet".to_string());
-                }
+                KvEvents::Discover => begin_discovery(&mut r, sources_sink),
             }
             self.replicas.insert(key, r);
         }
@@ -179,6 +181,30 @@ impl KvStreams {
                 start_streams(r, sources);
             }
             Err(why) => r.discovery_problem = Some(why),
+        }
+    }
+
+    /// Whether [`KvStreams::rediscover_stale`] has anything to do (no allocation, atomics only).
+    pub fn any_stale(&self) -> bool {
+        self.replicas.values().any(ReplicaStreams::stale)
+    }
+
+    /// Discovers again every `discover` replica one of whose streams failed to connect
+    /// [`REDISCOVER_AFTER`] times in a row (its engine restarted, maybe on other ports): its
+    /// streams stop and its mirror is untrusted until the new ones sync.
+    pub fn rediscover_stale(&mut self, sources_sink: &SourcesSink) {
+        for r in self.replicas.values_mut() {
+            if !r.stale() {
+                continue;
+            }
+            eprintln!(
+                "inferrail: replica {}: its KV event publisher stopped answering; reading                  /kv_event_sources again",
+                r.target.id
+            );
+            r.stop.store(true, Relaxed);
+            r.stop = Arc::new(AtomicBool::new(false));
+            r.streams.clear();
+            begin_discovery(r, sources_sink);
         }
     }
 
@@ -223,6 +249,20 @@ impl Drop for KvStreams {
             r.stop.store(true, Relaxed);
         }
     }
+}
+
+/// Starts reading the replica's `/kv_event_sources`; its mirror is untrusted (and emptied)
+/// until the streams found sync.
+fn begin_discovery(r: &mut ReplicaStreams, sources_sink: &SourcesSink) {
+    r.mirror.start_generation(0);
+    let stop = Rc::new(StopSignal::default());
+    monoio::spawn(discover(
+        r.target.clone(),
+        stop.clone(),
+        sources_sink.clone(),
+    ));
+    r.discovering = Some(stop);
+    r.discovery_problem = Some("not answered yet".to_string());
 }
 
 /// Starts one thread per source, as a new generation of the replica's mirror.

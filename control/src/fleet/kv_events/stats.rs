@@ -11,6 +11,8 @@ pub struct StreamStats {
     pub connects: AtomicU64,
     /// Connection attempts that failed.
     pub connect_failures: AtomicU64,
+    /// Connection attempts that failed since the last one that succeeded.
+    pub failures_in_a_row: AtomicU64,
     /// Subscriptions lost.
     pub disconnects: AtomicU64,
     /// Whether the subscription is up now.
