@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test prereqs fmt lint unit sdk doc loom build fixtures peers
+.PHONY: demo test prereqs fmt lint unit sdk doc loom build fixtures peers kv-figures
 
 ## A gateway in front of three in-process engines, exercised end to end. The first run compiles
 ## for about a minute: cargo's progress is shown (only the demo's own output once it is built).
@@ -59,3 +59,12 @@ loom:
 
 build:
 	$(CARGO) build --release -p inferrail-control -p inferrail-tools -p inferrail-sim -p inferrail-bench
+
+## Opt-in figures of the exact index (ADR 021; a few minutes): three gateways in front of three
+## simulators without waiting for events (KV_FIGURE_RUNS runs of 300 requests), the mirror's
+## apply rate, lookup time and bytes per block, and an event's way from publish to lookup.
+kv-figures:
+	$(CARGO) build --workspace --bins
+	$(CARGO) nextest run -p inferrail-tests --run-ignored only --no-capture three_gateways_without_waiting_for_events
+	$(CARGO) bench -p inferrail-shards --bench mirror
+	$(CARGO) bench -p inferrail-control --bench kv_lag

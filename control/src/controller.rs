@@ -304,6 +304,9 @@ impl Controller {
             c.me = Rc::downgrade(&ctl);
             c.sync_workers();
             c.sync_streams(&[]);
+            if c.observers.predictor.is_some() {
+                monoio::spawn(parity_loop(Rc::downgrade(&ctl)));
+            }
             let configured: Vec<(u64, u64)> = c
                 .registry
                 .members()
@@ -775,4 +778,42 @@ fn members_for_health(registry: &Registry) -> Vec<(u64, Vec<String>)> {
         .iter()
         .map(|m| (m.spec.key, m.spec.models.clone()))
         .collect()
+}
+
+/// How often the hash-parity check reads the index's speculative outcomes.
+const PARITY_EVERY: Duration = Duration::from_secs(1);
+
+/// Feeds the hash-parity check ([`crate::fleet::kv_events::parity`]) every [`PARITY_EVERY`]
+/// while the controller lives: the index's figures are awaited without blocking the control
+/// thread, and only while some replica's events are followed.
+async fn parity_loop(me: Weak<RefCell<Controller>>) {
+    loop {
+        monoio::time::sleep(PARITY_EVERY).await;
+        let Some(ctl) = me.upgrade() else {
+            return;
+        };
+        let predictor = {
+            let c = ctl.borrow();
+            if c.kv_streams.is_empty() {
+                continue;
+            }
+            c.observers.predictor.clone()
+        };
+        drop(ctl);
+        let Some(predictor) = predictor else {
+            return;
+        };
+        let Ok(reply) = predictor.index().request_stats() else {
+            continue;
+        };
+        let Ok(stats) = reply.await else {
+            continue;
+        };
+        let Some(ctl) = me.upgrade() else {
+            return;
+        };
+        ctl.borrow_mut()
+            .kv_streams
+            .on_index_stats(&stats, Instant::now(), &predictor);
+    }
 }

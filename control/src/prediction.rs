@@ -71,6 +71,7 @@ pub fn load_tokenizers(
                             .map_or(DEFAULT_BLOCK_SIZE, |b| b as usize)
                             .max(1),
                         kwargs: Arc::new(kwargs_json(m)),
+                        trusted: Arc::new(std::sync::atomic::AtomicBool::new(true)),
                     },
                 );
             }

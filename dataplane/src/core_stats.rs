@@ -69,9 +69,11 @@ mod tests {
 }
 
 /// Prediction results, as the `result` label: `predicted`, or why a request was routed without a
-/// cache prediction (the tokenizer's own reasons included). Unknown labels count as `unsupported`.
-pub const RESULT_LABELS: [&str; 15] = [
+/// cache prediction (`parity_off`: the engines' KV events disagree with the gateway's tokens for
+/// the model; the tokenizer's own reasons included). Unknown labels count as `unsupported`.
+pub const RESULT_LABELS: [&str; 16] = [
     "predicted",
+    "parity_off",
     "no_tokenizer",
     "queue_full",
     "timeout",

@@ -29,6 +29,10 @@ pub struct ModelPredictor {
     pub block_size: usize,
     /// `chat_template_kwargs` from config (a request's own override them).
     pub kwargs: Arc<serde_json::Map<String, serde_json::Value>>,
+    /// Cleared by the control thread while the engines' KV events show blocks whose tokens
+    /// differ from the gateway's for this model (ADR 021): requests are still tokenized and
+    /// recorded, but routed without predictions.
+    pub trusted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The prompt of one request, as the engine will see it.
@@ -380,6 +384,7 @@ mod tests {
                 tokenizer: Arc::new(tokenizer),
                 block_size: 4,
                 kwargs: Arc::new(serde_json::Map::new()),
+                trusted: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             },
         )]);
         let pool = WorkerPool::start("predict-test", 1, 8, &[]).unwrap();

@@ -63,6 +63,18 @@ impl Prediction {
                 return none;
             }
         };
+        // The engines' events disagree with our tokens for this model: still recorded (so the
+        // check can see parity come back), but routed without predictions.
+        if predictor
+            .model(&model.name)
+            .is_some_and(|m| !m.trusted.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            stats.result("parity_off");
+            return Prediction {
+                facts: Some(facts),
+                cached: Vec::new(),
+            };
+        }
         let keys: Vec<u64> = model
             .replicas
             .iter()

@@ -313,6 +313,7 @@ fn prediction_view(ctl: &Controller) -> PredictionView {
         cached_tokens,
         cache,
         index: index_rows(ctl),
+        parity: ctl.kv_streams.parity_rows(),
     }
 }
 
@@ -362,6 +363,7 @@ fn index_rows(ctl: &Controller) -> Vec<IndexRow> {
                     s.speculative.confirmed,
                     s.speculative.expired,
                     s.speculative.taken_back,
+                    s.speculative.dropped,
                 ],
             })
         })
@@ -380,8 +382,24 @@ pub fn index(ctl: &Controller) -> Value {
             json!(b as f64 / e as f64)
         }
     };
+    let parity: serde_json::Map<String, Value> = ctl
+        .kv_streams
+        .parity_rows()
+        .into_iter()
+        .map(|p| {
+            (
+                p.model,
+                json!({
+                    "match": p.matches,
+                    "mismatch": p.mismatches,
+                    "predictions": if p.predictions_on { "on" } else { "off" },
+                }),
+            )
+        })
+        .collect();
     json!({
         "enabled": ctl.observers.predictor.is_some(),
+        "parity": parity,
         "entries": entries,
         "bytes": bytes,
         "bytes_per_entry": per_entry(bytes, entries),
@@ -401,6 +419,7 @@ pub fn index(ctl: &Controller) -> Value {
                 "confirmed": r.speculative[1],
                 "expired": r.speculative[2],
                 "taken_back": r.speculative[3],
+                "dropped": r.speculative[4],
             },
         })).collect::<Vec<_>>(),
     })

@@ -2,6 +2,7 @@
 //! scrapes, ejections, policy shares, shadow agreement, dropped records), rendered as Prometheus
 //! text from a plain view so the page can be tested byte for byte.
 
+use crate::fleet::kv_events::ParityRow;
 use inferrail_dataplane::core_stats::{DECISION_BUCKETS, ESTIMATE_BUCKETS, TOKENIZE_BUCKETS};
 use inferrail_dataplane::metrics::label_value as label;
 use std::fmt::Write as _;
@@ -75,8 +76,8 @@ pub struct IndexRow {
     /// Its KV event streams, summed over data-parallel ranks, when it has `kv_events`.
     pub events: Option<EventRow>,
     /// Speculative entries (routed in exact mode, before the events confirm them): inserted,
-    /// confirmed, expired, taken back.
-    pub speculative: [u64; 4],
+    /// confirmed, expired, taken back, dropped by the size bound.
+    pub speculative: [u64; 5],
 }
 
 /// One replica's KV event streams, summed over its data-parallel ranks.
@@ -123,6 +124,8 @@ pub struct PredictionView {
     pub cache: Vec<(String, u64, u64)>,
     /// The index, per replica.
     pub index: Vec<IndexRow>,
+    /// The hash-parity check, per model with followed KV events.
+    pub parity: Vec<ParityRow>,
 }
 
 /// Routing-brain counters, summed over the data cores.
@@ -616,10 +619,11 @@ fn render_prediction(out: &mut String, p: &PredictionView) {
         "inferrail_index_speculative_total",
         "counter",
         "Routed prompts held as cached until the engine's events confirm them, by outcome: \
-         inserted, confirmed (the engine stored them), expired (it did not), taken_back.",
+         inserted, confirmed (the engine stored them), expired (it did not), taken_back, dropped \
+         (pushed out by the size bound).",
     );
     for r in p.index.iter().filter(|r| r.events.is_some()) {
-        for (result, n) in ["inserted", "confirmed", "expired", "taken_back"]
+        for (result, n) in ["inserted", "confirmed", "expired", "taken_back", "dropped"]
             .iter()
             .zip(r.speculative)
         {
@@ -629,6 +633,31 @@ fn render_prediction(out: &mut String, p: &PredictionView) {
         }
     }
     event_families(out, &p.index);
+    family(
+        out,
+        "inferrail_index_parity_total",
+        "counter",
+        "Prompts routed with KV events followed, by whether the engines stored them under the \
+         gateway's own block hashes (match) or never did (mismatch: its tokens differ).",
+    );
+    for r in &p.parity {
+        for (result, n) in [("match", r.matches), ("mismatch", r.mismatches)] {
+            out.push_str("inferrail_index_parity_total{model=\"");
+            label(out, &r.model);
+            let _ = writeln!(out, "\",result=\"{result}\"}} {n}");
+        }
+    }
+    family(
+        out,
+        "inferrail_index_parity_predictions",
+        "gauge",
+        "1 while the model's cache predictions are used, 0 while parity is off.",
+    );
+    for r in &p.parity {
+        out.push_str("inferrail_index_parity_predictions{model=\"");
+        label(out, &r.model);
+        let _ = writeln!(out, "\"}} {}", u8::from(r.predictions_on));
+    }
 }
 
 /// The KV event stream families, for replicas with `kv_events`.
@@ -780,6 +809,12 @@ mod tests {
                 prompt_tokens: 45_000,
                 cached_tokens: 30_016,
                 cache: vec![("m".into(), 170, 22)],
+                parity: vec![ParityRow {
+                    model: "m".into(),
+                    matches: 37,
+                    mismatches: 2,
+                    predictions_on: true,
+                }],
                 index: vec![IndexRow {
                     id: "engine-0".into(),
                     entries: 2048,
@@ -802,7 +837,7 @@ mod tests {
                         orphans: 0,
                         lag_seconds: 0.000_85,
                     }),
-                    speculative: [40, 37, 2, 1],
+                    speculative: [40, 37, 2, 1, 0],
                 }],
             },
             brain: BrainView {

@@ -510,6 +510,8 @@ impl Shard {
                 let r = self.entry(replica);
                 let token = r.blocks.record_prompt(&blocks, partial);
                 if let Some(e) = &mut r.exact {
+                    let mirror = &e.mirror;
+                    e.speculative.expire(now, |b| mirror.holds_gpu(b));
                     e.speculative.insert(blocks, now);
                 }
                 *lock(&undo) = Some(token);
@@ -556,6 +558,7 @@ impl Shard {
                 }
                 let mirror = &e.mirror;
                 e.speculative.confirm(|b| mirror.holds_gpu(b));
+                e.speculative.expire(now, |b| mirror.holds_gpu(b));
             }
             Command::ClearMirror { replica } => {
                 let e = self.exact(replica);
@@ -571,6 +574,13 @@ impl Shard {
                 }
             }
             Command::Stats { reply } => {
+                // Entries due by now are classified before they are counted.
+                for r in self.replicas.values_mut() {
+                    if let Some(e) = &mut r.exact {
+                        let mirror = &e.mirror;
+                        e.speculative.expire(now, |b| mirror.holds_gpu(b));
+                    }
+                }
                 let stats = self
                     .replicas
                     .iter()

@@ -8,8 +8,9 @@
 //! when the mirror holds it on the GPU or it is held here. An entry is `confirmed` and dropped as
 //! soon as the mirror holds its last block (the mirror alone answers from then on, evictions
 //! included), and `expired` when its time runs out first (the engine never stored it, or
-//! evicted it at once). An AllBlocksCleared drops every entry. At most as many blocks as the replica's capacity are held: past that the
-//! oldest entries go first.
+//! evicted it at once). An AllBlocksCleared drops every entry. At most as many distinct blocks
+//! as the replica's capacity are held (the entries share their block lists with the routing
+//! records): past that the oldest entries go first, counted `dropped`.
 
 use super::hasher::FoldBuildHasher;
 use crate::prefix_hash::BlockHash;
@@ -29,8 +30,12 @@ pub struct SpeculativeCounters {
     pub inserted: u64,
     /// Entries whose last block the mirror held when they expired.
     pub confirmed: u64,
-    /// Entries the mirror did not confirm by their expiry (or pushed out by the size bound).
+    /// Entries the mirror did not confirm by their expiry: the engine never stored those
+    /// blocks under the names the gateway computed (a refused request, an eviction at once, or
+    /// tokens that differ from the engine's: ADR 021's parity check reads this).
     pub expired: u64,
+    /// Entries pushed out by the size bound before either.
+    pub dropped: u64,
     /// Entries removed because the attempt that routed them was taken back.
     pub taken_back: u64,
 }
@@ -44,20 +49,17 @@ pub struct Speculative {
     queue: VecDeque<(Instant, Arc<[BlockHash]>)>,
     /// How many live entries name each block.
     held: HashMap<BlockHash, u32, FoldBuildHasher>,
-    /// Blocks over all live entries (counted per entry).
-    blocks: usize,
     counters: SpeculativeCounters,
 }
 
 impl Speculative {
-    /// Holds entries for `ttl`, at most `capacity` blocks in all.
+    /// Holds entries for `ttl`, at most `capacity` distinct blocks in all.
     pub fn new(ttl: Duration, capacity: usize) -> Speculative {
         Speculative {
             ttl,
             capacity,
             queue: VecDeque::new(),
             held: HashMap::default(),
-            blocks: 0,
             counters: SpeculativeCounters::default(),
         }
     }
@@ -96,11 +98,10 @@ impl Speculative {
         for b in blocks.iter() {
             *self.held.entry(*b).or_insert(0) += 1;
         }
-        self.blocks += blocks.len();
         self.queue.push_back((now + self.ttl, blocks));
-        while self.blocks > self.capacity && !self.queue.is_empty() {
+        while self.held.len() > self.capacity && !self.queue.is_empty() {
             if let Some((_, oldest)) = self.queue.pop_front() {
-                self.counters.expired += 1;
+                self.counters.dropped += 1;
                 self.release(&oldest);
             }
         }
@@ -153,11 +154,9 @@ impl Speculative {
     pub fn clear(&mut self) {
         self.queue.clear();
         self.held.clear();
-        self.blocks = 0;
     }
 
     fn release(&mut self, entry: &[BlockHash]) {
-        self.blocks -= entry.len();
         for b in entry {
             if let Some(n) = self.held.get_mut(b) {
                 *n -= 1;
@@ -224,6 +223,6 @@ mod tests {
         assert!(!s.contains(&BlockHash(5)), "pushed out by the bound");
         assert!(s.contains(&BlockHash(9)));
         let c = s.counters();
-        assert_eq!((c.taken_back, c.expired), (2, 1));
+        assert_eq!((c.taken_back, c.dropped, c.expired), (2, 1, 0));
     }
 }

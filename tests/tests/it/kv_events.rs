@@ -305,6 +305,19 @@ fn siblings_of_a_new_long_prompt_sent_before_its_events_find_each_other() {
         row["speculative"]["inserted"].as_u64().unwrap_or(0) >= 10,
         "routed prompts held until confirmed: {row}"
     );
+    // The engines stored every sibling under the gateway's own block hashes: parity holds.
+    let parity = || gw.admin("GET", "/admin/index", None).1["parity"][MODEL].clone();
+    assert!(
+        wait_until(Duration::from_secs(5), || parity()["match"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 10),
+        "{} {}",
+        parity(),
+        index_row(&gw, first)
+    );
+    assert_eq!(parity()["predictions"], "on");
+    assert_eq!(parity()["mismatch"], 0);
     eprintln!("ten siblings in {sent_within:?}: {results:?}");
 }
 
@@ -569,4 +582,82 @@ fn three_gateways_without_waiting_for_events() {
             hit / hit1
         );
     }
+}
+
+#[test]
+fn an_engine_whose_chat_template_differs_switches_the_models_predictions_off() {
+    let events = KvEventsConfig::parse(
+        r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:0",
+            "replay_endpoint": "tcp://*:0"}"#,
+    )
+    .expect("events config");
+    // One tokenizer on both sides, but the engine renders chats with a template of its own:
+    // the mistake users make most, which leaves its tokens different from the gateway's.
+    let tiny = format!(
+        "{}/../shards/fixtures/tiny-llama",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let sim = SimServer::start(SimOptions {
+        tokenizer: Some(tiny.clone()),
+        enable_prompt_tokens_details: true,
+        zero_latency: true,
+        num_gpu_blocks_override: Some(512),
+        max_model_len: 4096,
+        block_size: BLOCK,
+        kv_events_config: Some(events),
+        chat_template: Some(
+            "{% for m in messages %}<<{{ m['role'] }}>> {{ m['content'] }}\n{% endfor %}".into(),
+        ),
+        ..SimOptions::new(MODEL)
+    })
+    .expect("simulator starts");
+    let yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 1\n\
+         models:\n  - name: {MODEL}\n    policy: kv_aware\n    tokenizer: {tiny}\n    block_size: {BLOCK}\n\
+         tokenizer:\n  max_wait: 2s\nreplicas:\n\
+         \x20 - id: sim-0\n    url: {}\n    models: [{MODEL}]\n    kv_capacity_blocks: 512\n    kv_events: discover\n",
+        sim.url()
+    );
+    let gw = TestGateway::start(&yaml);
+    assert!(wait_until(Duration::from_secs(10), || index_row(
+        &gw, "sim-0"
+    )["mode"]
+        == "exact"));
+    let mut conn = connect(gw.addr);
+    for body in workload(25) {
+        send(&mut conn, &body);
+    }
+    // The routed prompts expire unconfirmed (2 s), the check reads them (every second).
+    let parity =
+        |gw: &TestGateway| gw.admin("GET", "/admin/index", None).1["parity"][MODEL].clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || parity(&gw)["predictions"]
+            == "off"),
+        "{} {}",
+        parity(&gw),
+        index_row(&gw, "sim-0")
+    );
+    let p = parity(&gw);
+    assert!(p["mismatch"].as_u64().unwrap_or(0) >= 20, "{p}");
+    assert_eq!(p["match"], 0, "{p}");
+    // Routing goes on without the model's predictions, and says so.
+    let r = conn
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            Some(workload(1)[0].to_string().as_bytes()),
+        )
+        .expect("response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-inferrail-cached-tokens"), None);
+    let text = gw.metrics();
+    assert!(metric(&text, "inferrail_prompts_total{result=\"parity_off\"}").unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        metric(
+            &text,
+            &format!("inferrail_index_parity_predictions{{model=\"{MODEL}\"}}")
+        ),
+        Some(0.0)
+    );
 }

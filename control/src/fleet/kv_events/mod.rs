@@ -11,6 +11,7 @@
 //! otherwise its lookups use the routing records, as without events.
 
 pub mod core;
+pub mod parity;
 pub mod sink;
 pub mod sources;
 pub mod stats;
@@ -19,8 +20,10 @@ pub mod thread;
 use crate::fleet::probe::http_get;
 use crate::fleet::worker::{until_stopped, StopSignal};
 use inferrail_config::KvEvents;
+use inferrail_dataplane::predict::Predictor;
 use inferrail_events::stream::TrackerLimits;
-use inferrail_shards::index::IndexShards;
+use inferrail_shards::index::{IndexShards, ReplicaIndexStats};
+use parity::{ParityWatch, Transition};
 use sink::ReplicaMirror;
 use sources::RankSource;
 use stats::StreamStats;
@@ -29,7 +32,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long one `/kv_event_sources` request may take.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -120,6 +123,29 @@ pub type SourcesSink = Rc<dyn Fn(u64, Result<Vec<RankSource>, String>)>;
 #[derive(Default)]
 pub struct KvStreams {
     replicas: HashMap<u64, ReplicaStreams>,
+    /// Hash parity per model (models of followed replicas only).
+    parity: HashMap<Arc<str>, ModelParity>,
+}
+
+/// One model's parity check and what it last read of each replica's speculative outcomes.
+#[derive(Default)]
+struct ModelParity {
+    watch: ParityWatch,
+    /// Per replica key: confirmed and expired entries as last read.
+    last: HashMap<u64, (u64, u64)>,
+}
+
+/// A model's parity figures, for `/metrics` and `/admin/index`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParityRow {
+    /// The model.
+    pub model: String,
+    /// Routed prompts the engines' events confirmed.
+    pub matches: u64,
+    /// Routed prompts they never confirmed.
+    pub mismatches: u64,
+    /// Whether the model's predictions are in use (false while parity is off).
+    pub predictions_on: bool,
 }
 
 impl KvStreams {
@@ -225,6 +251,83 @@ impl KvStreams {
             streams: &r.streams,
             discovery_problem: r.discovery_problem.as_deref(),
         })
+    }
+
+    /// Feeds the hash-parity check with the index's figures at `now`: each followed replica's
+    /// speculative entries confirmed (match) and expired (mismatch) since the last call, summed
+    /// per model. A model whose parity fails has its predictions switched off in `predictor`
+    /// (said once in the log), and on again when it recovers.
+    pub fn on_index_stats(
+        &mut self,
+        stats: &[ReplicaIndexStats],
+        now: Instant,
+        predictor: &Predictor,
+    ) {
+        let mut fresh: HashMap<Arc<str>, (u64, u64)> = HashMap::new();
+        for r in self.replicas.values() {
+            let Some(s) = stats.iter().find(|s| s.key == r.target.key) else {
+                continue;
+            };
+            let now_counts = (s.speculative.confirmed, s.speculative.expired);
+            let model = self.parity.entry(r.target.model.clone()).or_default();
+            let before = model
+                .last
+                .insert(r.target.key, now_counts)
+                .unwrap_or((0, 0));
+            // Counters restart when the replica's mirror was made anew: count from zero.
+            let before = if now_counts.0 < before.0 || now_counts.1 < before.1 {
+                (0, 0)
+            } else {
+                before
+            };
+            let d = fresh.entry(r.target.model.clone()).or_default();
+            d.0 += now_counts.0 - before.0;
+            d.1 += now_counts.1 - before.1;
+        }
+        for (model, (matches, mismatches)) in fresh {
+            let Some(p) = self.parity.get_mut(&model) else {
+                continue;
+            };
+            let Some(t) = p.watch.observe(now, matches, mismatches) else {
+                continue;
+            };
+            let trusted = matches!(t, Transition::On(_));
+            if let Some(m) = predictor.model(&model) {
+                m.trusted.store(trusted, Relaxed);
+            }
+            match t {
+                Transition::Off(f) => eprintln!(
+                    "inferrail: model {model}: {:.0}% of the prompts routed in the last {}s were                      never stored by the engines under the gateway's block hashes (its tokens                      differ from the engines': check the chat template and tokenizer); routing                      without its cache predictions until parity recovers",
+                    f * 100.0,
+                    parity::WINDOW.as_secs()
+                ),
+                Transition::On(f) => eprintln!(
+                    "inferrail: model {model}: hash parity recovered ({:.0}% mismatches); its                      cache predictions are used again",
+                    f * 100.0
+                ),
+            }
+        }
+    }
+
+    /// Every model's parity figures, by name.
+    pub fn parity_rows(&self) -> Vec<ParityRow> {
+        let mut rows: Vec<ParityRow> = self
+            .parity
+            .iter()
+            .map(|(model, p)| ParityRow {
+                model: model.to_string(),
+                matches: p.watch.matches,
+                mismatches: p.watch.mismatches,
+                predictions_on: !p.watch.off(),
+            })
+            .collect();
+        rows.sort_by(|a, b| a.model.cmp(&b.model));
+        rows
+    }
+
+    /// Whether any replica is followed (the parity check has something to read).
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty()
     }
 
     /// Every followed replica's key and streams.
