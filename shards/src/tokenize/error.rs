@@ -36,6 +36,9 @@ pub enum LoadError {
     /// The chat template does not compile.
     #[error("chat template: {0}")]
     Template(String),
+    /// A chat template was given for `builtin:sim`, whose chat format is fixed.
+    #[error("builtin:sim has a fixed chat format; a chat template cannot override it (drop the chat template, or use a tokenizer directory)")]
+    BuiltinTemplate,
 }
 
 /// Why a request's prompt ids cannot be predicted. The request is routed without a cache

@@ -106,7 +106,8 @@ impl std::fmt::Debug for ModelTokenizer {
 }
 
 /// Loads the tokenizer a `tokenizer:` setting names, with the default cache budget.
-/// `chat_template` overrides the tokenizer's template: a path to a file, or the template text.
+/// `chat_template` overrides the tokenizer's template: a path to a file, or the template text
+/// (refused for `builtin:sim`, whose chat format is fixed).
 pub fn load(spec: &str, chat_template: Option<&str>) -> Result<ModelTokenizer, LoadError> {
     load_with_cache(spec, chat_template, DEFAULT_CACHE_TOKENS)
 }
@@ -118,6 +119,7 @@ pub fn load_with_cache(
     cache_tokens: u64,
 ) -> Result<ModelTokenizer, LoadError> {
     match TokenizerSource::parse(spec) {
+        TokenizerSource::Builtin if chat_template.is_some() => Err(LoadError::BuiltinTemplate),
         TokenizerSource::Builtin => Ok(ModelTokenizer::builtin(cache_tokens)),
         TokenizerSource::Dir(dir) => ModelTokenizer::from_dir(&dir, chat_template, cache_tokens),
         TokenizerSource::HubCache { repo, revision } => {

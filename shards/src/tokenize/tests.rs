@@ -237,3 +237,12 @@ fn inline_tokenization_takes_no_shared_lock() {
         assert_eq!(p.expect("completion ids"), want.1);
     }
 }
+
+#[test]
+fn a_chat_template_for_the_builtin_tokenizer_is_refused_not_ignored() {
+    let err = load("builtin:sim", Some("{{ messages }}"))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, LoadError::BuiltinTemplate), "{err}");
+    assert!(err.to_string().contains("fixed chat format"), "{err}");
+}
