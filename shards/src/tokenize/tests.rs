@@ -240,9 +240,9 @@ fn inline_tokenization_takes_no_shared_lock() {
 
 #[test]
 fn a_chat_template_for_the_builtin_tokenizer_is_refused_not_ignored() {
-    let err = load("builtin:sim", Some("{{ messages }}"))
-        .err()
-        .expect("refused");
+    let Err(err) = load("builtin:sim", Some("{{ messages }}")) else {
+        panic!("a chat template for builtin:sim must be refused");
+    };
     assert!(matches!(err, LoadError::BuiltinTemplate), "{err}");
     assert!(err.to_string().contains("fixed chat format"), "{err}");
 }
