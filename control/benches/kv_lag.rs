@@ -18,6 +18,9 @@
 //! instead. The figure is an upper bound of what a gateway whose data cores do not share the
 //! path's cores would see.
 
+#[path = "../../shards/benches/support/timing.rs"]
+mod timing;
+
 use inferrail_control::fleet::kv_events::core::StreamCore;
 use inferrail_control::fleet::kv_events::sink::ReplicaMirror;
 use inferrail_control::fleet::kv_events::stats::StreamStats;
@@ -31,6 +34,7 @@ use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use timing::{report, Rng};
 
 const MODEL: &str = "bench-model";
 const BLOCK_SIZE: usize = 16;
@@ -38,42 +42,6 @@ const RUN_BLOCKS: usize = 4;
 const REPLICA: u64 = 1;
 /// The longest one sample may take before the bench gives up (a lost batch).
 const GIVE_UP: Duration = Duration::from_secs(5);
-
-/// xorshift64*: deterministic inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn tokens(&mut self, n: usize) -> Vec<u32> {
-        (0..n).map(|_| (self.next() % 150_000) as u32).collect()
-    }
-}
-
-/// p50 and p99 of samples, in nanoseconds.
-fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
-    samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples[i].as_nanos() as f64
-    };
-    (at(0.50), at(0.99))
-}
-
-fn report(name: &str, samples: &mut [Duration]) {
-    let (p50, p99) = percentiles(samples);
-    println!(
-        "{name:<58} p50 {:>10.3} us   p99 {:>10.3} us   (n={})",
-        p50 / 1000.0,
-        p99 / 1000.0,
-        samples.len()
-    );
-}
 
 fn now_unix() -> f64 {
     SystemTime::now()

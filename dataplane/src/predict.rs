@@ -35,6 +35,17 @@ pub struct ModelPredictor {
     pub trusted: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// What [`Predictor::prompt`] found.
+#[derive(Debug)]
+pub struct Prompted {
+    /// The prompt's facts, or why there are none.
+    pub facts: Result<PromptFacts, NoPrediction>,
+    /// Time spent tokenizing (zero when nothing was waited for).
+    pub took: Duration,
+    /// Whether the model's predictions may steer routing (false while its hash parity is off).
+    pub trusted: bool,
+}
+
 /// The prompt of one request, as the engine will see it.
 #[derive(Debug, Clone)]
 pub struct PromptFacts {
@@ -176,18 +187,40 @@ impl Predictor {
     /// The prompt facts of `body` for `model`, computed on the pool (or on this core when the
     /// budget tokenizes a body this long inline). Returns by the budget's deadline (plus a
     /// timer tick) whatever happens on the pool, at once when it has passed (`timeout`); also
-    /// the time it took.
+    /// the time it took, and whether the model's predictions are trusted
+    /// ([`ModelPredictor::trusted`], read with the same model lookup).
     pub async fn prompt(
         &self,
         model: &str,
         endpoint: Endpoint,
         body: &[u8],
         budget: &Budget,
+    ) -> Prompted {
+        let Some(m) = self.models.get(model) else {
+            return Prompted {
+                facts: Err("no_tokenizer"),
+                took: Duration::ZERO,
+                trusted: false,
+            };
+        };
+        let (facts, took) = self.prompt_of(m, model, endpoint, body, budget).await;
+        Prompted {
+            facts,
+            took,
+            trusted: m.trusted.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// [`Predictor::prompt`] for the model's predictor `m`.
+    async fn prompt_of(
+        &self,
+        m: &ModelPredictor,
+        model: &str,
+        endpoint: Endpoint,
+        body: &[u8],
+        budget: &Budget,
     ) -> (Result<PromptFacts, NoPrediction>, Duration) {
         let started = Instant::now();
-        let Some(m) = self.models.get(model) else {
-            return (Err("no_tokenizer"), Duration::ZERO);
-        };
         if budget.inline(body.len()) {
             // On the data core: the per-thread segment cache, never the shared one's locks.
             let ids = m.tokenizer.prompt_ids_inline(endpoint, body, &m.kwargs);
@@ -412,13 +445,14 @@ mod tests {
     fn a_spent_budget_asks_neither_the_pool_nor_the_index() {
         let p = predictor();
         let spent = Budget::new(limits(0, 0), Instant::now());
-        let (facts, took) = block_on(p.prompt("m", Endpoint::Completion, BODY, &spent));
+        let Prompted { facts, took, .. } =
+            block_on(p.prompt("m", Endpoint::Completion, BODY, &spent));
         assert_eq!(facts.unwrap_err(), "timeout");
         assert_eq!(took, Duration::ZERO, "nothing was waited for");
 
         // Tokens made inline (the body fits), but the same spent deadline ends the lookup.
         let inline = Budget::new(limits(0, 4096), Instant::now());
-        let (facts, _) = block_on(p.prompt("m", Endpoint::Completion, BODY, &inline));
+        let facts = block_on(p.prompt("m", Endpoint::Completion, BODY, &inline)).facts;
         let facts = facts.unwrap();
         assert!(!facts.hashes.is_empty());
         assert_eq!(
@@ -428,13 +462,13 @@ mod tests {
         // A budget with time left gets its answer from the index.
         let generous = Budget::new(limits(60_000, 0), Instant::now());
         assert!(p.record(1, &facts).is_some());
-        let (pooled, _) = block_on(p.prompt("m", Endpoint::Completion, BODY, &generous));
+        let pooled = block_on(p.prompt("m", Endpoint::Completion, BODY, &generous)).facts;
         let pooled = pooled.unwrap();
         assert_eq!(pooled.hashes, facts.hashes, "the pool and the core agree");
         let held = block_on(p.held_blocks(&pooled, &[1, 2], &generous)).unwrap();
         assert_eq!(held, [facts.hashes.len(), 0]);
         // Unknown models have no tokenizer, whatever the budget.
-        let (none, _) = block_on(p.prompt("other", Endpoint::Completion, BODY, &generous));
+        let none = block_on(p.prompt("other", Endpoint::Completion, BODY, &generous)).facts;
         assert_eq!(none.unwrap_err(), "no_tokenizer");
     }
 

@@ -50,9 +50,10 @@ impl Prediction {
         let stats = &ctx.prediction_stats;
         let model = &view.snap.models[req.model];
         let budget = Budget::new(view.snap.settings.prediction, Instant::now());
-        let (facts, took) = predictor
+        let prompted = predictor
             .prompt(&model.name, req.endpoint, &req.body, &budget)
             .await;
+        let (facts, took) = (prompted.facts, prompted.took);
         if took > Duration::ZERO {
             stats.tokenize_time(took);
         }
@@ -65,10 +66,7 @@ impl Prediction {
         };
         // The engines' events disagree with our tokens for this model: still recorded (so the
         // check can see parity come back), but routed without predictions.
-        if predictor
-            .model(&model.name)
-            .is_some_and(|m| !m.trusted.load(std::sync::atomic::Ordering::Relaxed))
-        {
+        if !prompted.trusted {
             stats.result("parity_off");
             return Prediction {
                 facts: Some(facts),

@@ -16,45 +16,21 @@
 //!   allocator and compared with `EngineMirror::bytes` (target: 64 B/block).
 #![allow(unsafe_code)] // the counting global allocator forwards to System
 
+#[path = "support/counting.rs"]
+mod counting;
+#[path = "support/timing.rs"]
+mod timing;
+
+use counting::ALLOCATED;
+use timing::{report, Rng};
+
 use inferrail_events::{BlockRemoved, BlockStored, ExternalBlockHash, KvEventBatch, WireEvent};
 use inferrail_shards::index::{apply_batch, EngineMirror, IndexConfig, IndexMode, IndexShards};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Counts the bytes currently allocated, so memory per block is measured, not estimated.
-struct Counting;
-
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so it upholds
-// exactly the contract `System` does; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: same layout the caller gave us, which satisfies `GlobalAlloc::alloc`.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: `ptr` was allocated by `System` (through `alloc`/`realloc` above) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
-        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded unchanged; `ptr` came from `System` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const MODEL: &str = "bench-model";
 const REPLICAS: usize = 64;
@@ -63,42 +39,6 @@ const BLOCK_SIZE: usize = 16;
 const CAPACITY: usize = 16_384;
 /// Blocks per BlockStored run (and per BlockRemoved) in the throughput figure.
 const RUN_BLOCKS: usize = 32;
-
-/// xorshift64*: deterministic inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn tokens(&mut self, n: usize) -> Vec<u32> {
-        (0..n).map(|_| (self.next() % 150_000) as u32).collect()
-    }
-}
-
-/// p50 and p99 of samples, in nanoseconds.
-fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
-    samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples[i].as_nanos() as f64
-    };
-    (at(0.50), at(0.99))
-}
-
-fn report(name: &str, samples: &mut [Duration]) {
-    let (p50, p99) = percentiles(samples);
-    println!(
-        "{name:<58} p50 {:>10.3} us   p99 {:>10.3} us   (n={})",
-        p50 / 1000.0,
-        p99 / 1000.0,
-        samples.len()
-    );
-}
 
 /// Unique engine block hashes that look like real ones (splitmix64 of a counter: a bijection,
 /// so no two blocks ever share a hash).

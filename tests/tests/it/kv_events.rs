@@ -87,8 +87,21 @@ fn caught_up(gw: &TestGateway, sims: &[SimServer]) {
     });
 }
 
-/// Sends `body` and returns (predicted cached tokens, engine cached tokens, replica).
-fn send(conn: &mut Connection, body: &Value) -> (u64, u64, String) {
+/// One chat request's outcome.
+#[derive(Debug)]
+struct Sent {
+    /// Cached tokens the gateway predicted.
+    predicted: u64,
+    /// Cached tokens the engine reported.
+    cached: u64,
+    /// The replica that served it.
+    replica: String,
+    /// Prompt tokens the engine reported.
+    prompt: u64,
+}
+
+/// Sends `body` (it must get a prediction) and returns what the gateway and the engine said.
+fn send(conn: &mut Connection, body: &Value) -> Sent {
     let r = conn
         .call(
             "POST",
@@ -99,15 +112,17 @@ fn send(conn: &mut Connection, body: &Value) -> (u64, u64, String) {
         .expect("response");
     assert_eq!(r.status, 200, "{}", r.text());
     let v: Value = serde_json::from_str(&r.text()).expect("JSON body");
-    let real = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0);
-    let predicted = r
-        .header("x-inferrail-cached-tokens")
-        .and_then(|v| v.parse().ok())
-        .expect("a cached-tokens prediction");
-    let replica = r.header("x-inferrail-replica").unwrap_or("?").to_string();
-    (predicted, real, replica)
+    Sent {
+        predicted: r
+            .header("x-inferrail-cached-tokens")
+            .and_then(|v| v.parse().ok())
+            .expect("a cached-tokens prediction"),
+        cached: v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        replica: r.header("x-inferrail-replica").unwrap_or("?").to_string(),
+        prompt: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+    }
 }
 
 /// Conversations that share system prompts and grow, so later turns hit earlier blocks.
@@ -182,7 +197,12 @@ fn predictions_follow_the_engines_events_through_a_reset_the_gateway_never_saw()
                 assert_eq!(r.status, 200);
             }
         }
-        let (predicted, real, replica) = send(&mut conn, body);
+        let Sent {
+            predicted,
+            cached: real,
+            replica,
+            ..
+        } = send(&mut conn, body);
         hits += usize::from(real > 0);
         // vLLM publishes AllBlocksCleared with its next step, the one that serves the first
         // request after the reset: that request is still predicted from before the reset.
@@ -285,19 +305,19 @@ fn siblings_of_a_new_long_prompt_sent_before_its_events_find_each_other() {
             std::thread::spawn(move || send(&mut connect(addr), &body))
         })
         .collect();
-    let results: Vec<(u64, u64, String)> = threads
+    let results: Vec<Sent> = threads
         .into_iter()
         .map(|t| t.join().expect("request thread"))
         .collect();
     let sent_within = started.elapsed();
-    let first = &results[0].2;
-    let together = results.iter().filter(|r| &r.2 == first).count();
+    let first = &results[0].replica;
+    let together = results.iter().filter(|r| &r.replica == first).count();
     assert_eq!(
         together, 10,
         "all siblings with the first on {first}: {results:?}"
     );
     assert!(
-        results[1..].iter().all(|r| r.0 > 0),
+        results[1..].iter().all(|r| r.predicted > 0),
         "every sibling predicted the first one's blocks: {results:?}"
     );
     let row = index_row(&gw, first);
@@ -397,7 +417,7 @@ fn after_a_kill_and_a_restart_on_new_event_ports_the_mirror_starts_empty_and_exa
         {"role": "system", "content": "A system prompt long enough to fill several blocks of sixteen tokens each, twice over."},
         {"role": "user", "content": "the question"}]});
     let mut conn = connect(gw.addr);
-    let (_, cold, _) = send(&mut conn, &body);
+    let cold = send(&mut conn, &body).cached;
     assert_eq!(cold, 0);
     // Wait for the events, then the repeat is predicted from the mirror and hits.
     assert!(wait_until(Duration::from_secs(5), || {
@@ -406,7 +426,11 @@ fn after_a_kill_and_a_restart_on_new_event_ports_the_mirror_starts_empty_and_exa
             .unwrap_or(0)
             > 0
     }));
-    let (predicted, real, _) = send(&mut conn, &body);
+    let Sent {
+        predicted,
+        cached: real,
+        ..
+    } = send(&mut conn, &body);
     assert!(
         real > 0 && predicted == real,
         "predicted {predicted}, cached {real}"
@@ -432,7 +456,11 @@ fn after_a_kill_and_a_restart_on_new_event_ports_the_mirror_starts_empty_and_exa
         "a new engine's cache is empty: {row}"
     );
     let mut conn = connect(gw.addr);
-    let (predicted, real, _) = send(&mut conn, &body);
+    let Sent {
+        predicted,
+        cached: real,
+        ..
+    } = send(&mut conn, &body);
     assert_eq!(
         (predicted, real),
         (0, 0),
@@ -444,7 +472,11 @@ fn after_a_kill_and_a_restart_on_new_event_ports_the_mirror_starts_empty_and_exa
             .unwrap_or(0)
             > 0
     }));
-    let (predicted, real, _) = send(&mut conn, &body);
+    let Sent {
+        predicted,
+        cached: real,
+        ..
+    } = send(&mut conn, &body);
     assert!(
         real > 0 && predicted == real,
         "predicted {predicted}, cached {real}"
@@ -485,32 +517,16 @@ fn shared_fleet_run(
     let mut conns: Vec<Connection> = gws.iter().map(|g| connect(g.addr)).collect();
     let (mut exact, mut cached, mut prompt) = (0, 0u64, 0u64);
     for (i, body) in workload(requests).iter().enumerate() {
-        let conn = &mut conns[(5 * i + i / 3) % gateways];
-        let r = conn
-            .call(
-                "POST",
-                "/v1/chat/completions",
-                &[],
-                Some(body.to_string().as_bytes()),
-            )
-            .expect("response");
-        assert_eq!(r.status, 200, "{}", r.text());
-        let v: Value = serde_json::from_str(&r.text()).expect("JSON");
-        let real = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap_or(0);
-        let predicted: u64 = r
-            .header("x-inferrail-cached-tokens")
-            .and_then(|h| h.parse().ok())
-            .expect("prediction");
+        let sent = send(&mut conns[(5 * i + i / 3) % gateways], body);
+        let (predicted, real) = (sent.predicted, sent.cached);
         exact += usize::from(predicted == real);
         cached += real;
+        prompt += sent.prompt;
         if wait_for_events {
             for g in &gws {
                 caught_up(g, &sims);
             }
         }
-        prompt += v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
     }
     (exact, requests, cached, prompt)
 }

@@ -78,11 +78,6 @@ impl StreamCore {
         self.tracker.set_capacity_blocks(blocks);
     }
 
-    /// The tracker's sync state (the sink is told "synced" only while also connected).
-    pub fn sync(&self) -> SyncState {
-        self.tracker.sync()
-    }
-
     /// A connection attempt failed; returns how long to wait before the next one.
     pub fn connect_failed(&mut self, sink: &mut dyn MirrorSink) -> Duration {
         self.stats.connect_failures.fetch_add(1, Relaxed);

@@ -329,21 +329,6 @@ impl KvStreams {
     pub fn is_empty(&self) -> bool {
         self.replicas.is_empty()
     }
-
-    /// Every followed replica's key and streams.
-    pub fn all(&self) -> impl Iterator<Item = (u64, &[RunningStream])> {
-        self.replicas
-            .iter()
-            .map(|(k, r)| (*k, r.streams.as_slice()))
-    }
-
-    /// Stops every stream (the gateway is shutting down).
-    pub fn stop_all(&mut self) {
-        for r in self.replicas.values_mut() {
-            r.stop(true);
-        }
-        self.replicas.clear();
-    }
 }
 
 impl Drop for KvStreams {
