@@ -9,9 +9,10 @@
 //!   tokens each, half of them continuing the previous run, and once the mirror is full a
 //!   BlockRemoved of the 32 oldest blocks, so it stays in its steady state); next to it the same
 //!   batches applied directly with `apply_batch` (no thread, no queue);
-//! - lookup of a 512-block prompt over 64 replicas in exact mode: `EngineMirror::matched` on 64
-//!   mirrors of ~16,384 blocks each, every one holding some prefix of the asked prompt stored by
-//!   BlockStored runs of that prompt's tokens (target: p99 1 us over the 64);
+//! - lookup of a 512-block prompt over 64 replicas in exact mode: one `Forest::walk` of a forest
+//!   shared by 64 members (what a shard does for its exact replicas) of ~16,384 blocks each,
+//!   every one holding some prefix of the asked prompt stored by BlockStored runs of that
+//!   prompt's tokens (target: p99 1 us over the 64);
 //! - bytes per block of an `EngineMirror` holding 100,000 blocks, counted by a counting
 //!   allocator and compared with `EngineMirror::bytes` (target: 64 B/block).
 #![allow(unsafe_code)] // the counting global allocator forwards to System
@@ -25,7 +26,10 @@ use counting::ALLOCATED;
 use timing::{report, Rng};
 
 use inferrail_events::{BlockRemoved, BlockStored, ExternalBlockHash, KvEventBatch, WireEvent};
-use inferrail_shards::index::{apply_batch, EngineMirror, IndexConfig, IndexMode, IndexShards};
+use inferrail_shards::index::{
+    apply_batch, EngineMirror, Forest, IndexConfig, IndexMode, IndexShards, KvEventTarget, Member,
+    MemberMirror, Walk,
+};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -256,7 +260,12 @@ fn held_prefixes(scenario: &str, rng: &mut Rng) -> Vec<usize> {
 
 /// Stores the first `blocks` blocks of `tokens` as the engine would: runs of at most 64 blocks,
 /// the first without a parent, each next one continuing the one before.
-fn store_prefix(mirror: &mut EngineMirror, ids: &mut EngineHashes, tokens: &[u32], blocks: usize) {
+fn store_prefix(
+    mirror: &mut impl KvEventTarget,
+    ids: &mut EngineHashes,
+    tokens: &[u32],
+    blocks: usize,
+) {
     let mut parent = None;
     let mut at = 0;
     while at < blocks {
@@ -270,25 +279,34 @@ fn store_prefix(mirror: &mut EngineMirror, ids: &mut EngineHashes, tokens: &[u32
     }
 }
 
-/// 64 mirrors, each filled with parentless background runs of 64 blocks, then each asked
-/// prompt's held prefix (`held[p][r]`: blocks of prompt `p` that replica `r` holds).
-fn build_mirrors(prompts: &[Vec<u32>], held: &[Vec<usize>]) -> Vec<EngineMirror> {
+/// One forest of 64 members (a shard's exact replicas), each filled with parentless background
+/// runs of 64 blocks, then each asked prompt's held prefix (`held[p][r]`: blocks of prompt `p`
+/// that replica `r` holds).
+fn build_fleet(prompts: &[Vec<u32>], held: &[Vec<usize>]) -> (Forest, Vec<Member>) {
     let mut rng = Rng(7);
     let mut ids = EngineHashes(1);
-    (0..REPLICAS)
-        .map(|r| {
-            let asked: usize = held.iter().map(|h| h[r]).sum();
-            let mut mirror = EngineMirror::new(CAPACITY);
-            while mirror.len() + 64 <= CAPACITY.saturating_sub(asked) {
-                let bg = rng.tokens(64 * BLOCK_SIZE);
-                store_prefix(&mut mirror, &mut ids, &bg, 64);
-            }
-            for (p, tokens) in prompts.iter().enumerate() {
-                store_prefix(&mut mirror, &mut ids, tokens, held[p][r]);
-            }
-            mirror
-        })
-        .collect()
+    let mut forest = Forest::new();
+    let mut members = Vec::with_capacity(REPLICAS);
+    for r in 0..REPLICAS {
+        let asked: usize = held.iter().map(|h| h[r]).sum();
+        let mut member = match Member::join(&mut forest, CAPACITY) {
+            Some(m) => m,
+            None => panic!("a forest has 64 member bits"),
+        };
+        let mut mirror = MemberMirror {
+            forest: &mut forest,
+            member: &mut member,
+        };
+        while mirror.member.len() + 64 <= CAPACITY.saturating_sub(asked) {
+            let bg = rng.tokens(64 * BLOCK_SIZE);
+            store_prefix(&mut mirror, &mut ids, &bg, 64);
+        }
+        for (p, tokens) in prompts.iter().enumerate() {
+            store_prefix(&mut mirror, &mut ids, tokens, held[p][r]);
+        }
+        members.push(member);
+    }
+    (forest, members)
 }
 
 fn bench_lookup() {
@@ -306,29 +324,41 @@ fn bench_lookup() {
         let held: Vec<Vec<usize>> = (0..distinct)
             .map(|_| held_prefixes(scenario, &mut rng))
             .collect();
-        let mirrors = build_mirrors(&prompts, &held);
+        let (forest, members) = build_fleet(&prompts, &held);
+        let all = u64::MAX;
+        let mut walk = Walk::default();
         for (p, chain) in chains.iter().enumerate() {
             assert_eq!(chain.len(), PROMPT_BLOCKS);
-            for (r, mirror) in mirrors.iter().enumerate() {
-                let m = mirror.matched(chain);
-                assert_eq!((m.gpu, m.any), (held[p][r], held[p][r]), "replica {r}");
+            forest.walk(chain, all, 0, &mut walk);
+            for (r, member) in members.iter().enumerate() {
+                let m = walk.result(member.bit());
+                assert_eq!((m.gpu, m.any()), (held[p][r], held[p][r]), "replica {r}");
             }
         }
-        let full = mirrors.iter().all(|m| m.len() + 64 > CAPACITY);
-        assert!(full, "every mirror holds ~{CAPACITY} blocks");
+        let full = members.iter().all(|m| m.len() + 64 > CAPACITY);
+        assert!(full, "every member holds ~{CAPACITY} blocks");
         let label = format!("{scenario}, {distinct} prompt(s) in turn");
-        let reps = if scenario == "all" { 2_000 } else { 20_000 };
+        let reps = 20_000;
         let mut samples = Vec::with_capacity(reps);
         let mut sink = 0usize;
         for i in 0..reps {
             let chain = &chains[i % distinct];
             let t = Instant::now();
-            for m in &mirrors {
-                sink = sink.wrapping_add(m.matched(chain).gpu);
-            }
+            forest.walk(chain, all, 0, &mut walk);
             samples.push(t.elapsed());
+            sink = sink.wrapping_add(walk.gpu[i % REPLICAS] as usize);
         }
-        report(&format!("EngineMirror::matched x64, {label}"), &mut samples);
+        report(
+            &format!("Forest::walk, 64 members of one forest, {label}"),
+            &mut samples,
+        );
+        println!(
+            "  ({} nodes, {} distinct blocks, {:.1} B per member block)",
+            forest.node_count(),
+            forest.blocks(),
+            (forest.bytes() + members.iter().map(Member::bytes).sum::<usize>()) as f64
+                / members.iter().map(Member::len).sum::<usize>() as f64
+        );
         std::hint::black_box(sink);
     }
 }

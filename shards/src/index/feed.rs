@@ -10,7 +10,7 @@
 //! pairs, digests, a string past the first block) is folded into that block's digest, so such a
 //! block never matches a text-only prediction.
 
-use super::mirror::{EngineBlockId, EngineMirror, Medium, StoreRefused, StoredBlocks};
+use super::mirror::{EngineBlockId, KvEventTarget, Medium, StoreRefused, StoredBlocks};
 use crate::prefix_hash::HashSalt;
 use inferrail_events::{BlockStored, ExternalBlockHash, KvEventBatch, Value, WireEvent};
 use xxhash_rust::xxh3::Xxh3;
@@ -145,7 +145,11 @@ fn hash_value(h: &mut Xxh3, v: &Value) {
 }
 
 /// Applies every event of `batch`, in order, to `mirror` for a replica serving `model`.
-pub fn apply_batch(mirror: &mut EngineMirror, model: &str, batch: &KvEventBatch) -> BatchApplied {
+pub fn apply_batch(
+    mirror: &mut impl KvEventTarget,
+    model: &str,
+    batch: &KvEventBatch,
+) -> BatchApplied {
     let mut out = BatchApplied::default();
     let mut ids = Vec::new();
     for event in &batch.events {

@@ -17,7 +17,12 @@
 //!   counted (a publisher claiming more blocks than its engine has is out of sync or lying).
 //! - A run whose parent the mirror does not hold cannot be named (its chain is unknown): it is
 //!   refused and counted as an orphan; the caller decides whether that means a lost event.
+//! - **Shared blocks.** The blocks themselves live in a [`Forest`] that up to 64 replicas of a
+//!   shard share (a block several engines hold is kept once, with one holder bit each); a
+//!   [`Member`] is one replica's part: the engine's ids of its blocks and their copies.
+//!   [`EngineMirror`] is a member with a forest of its own, for one replica on its own.
 
+use super::forest::{Forest, Walk};
 use super::hasher::FoldBuildHasher;
 use crate::prefix_hash::{extend_block_hashes, BlockHash, HashSalt};
 use std::collections::HashMap;
@@ -29,6 +34,12 @@ use xxhash_rust::xxh3::xxh3_128;
 pub struct EngineBlockId(pub u128);
 
 impl EngineBlockId {
+    /// The 64 bits a mirror keys the block by: an int hash exactly, a bytes hash folded (two
+    /// blocks of one engine collide with odds of 2^-64; one stream never mixes the two forms).
+    pub fn key(self) -> u64 {
+        (self.0 as u64) ^ ((self.0 >> 64) as u64)
+    }
+
     /// The id of an int hash.
     pub fn from_int(v: u64) -> Self {
         EngineBlockId(u128::from(v))
@@ -62,6 +73,9 @@ impl Medium {
             Some(_) => Medium::Storage,
         }
     }
+
+    /// Every medium, fastest first.
+    pub const ALL: [Medium; 3] = [Medium::Gpu, Medium::Cpu, Medium::Storage];
 
     fn index(self) -> usize {
         match self {
@@ -102,32 +116,36 @@ pub enum StoreRefused {
     /// do not have one entry per block.
     #[error("stored blocks and their tokens do not line up")]
     Shape,
-    /// Holding the new blocks would pass the mirror's capacity.
+    /// Holding the new blocks would pass the mirror's capacity, or one engine block would
+    /// have more copies in one medium than a mirror counts (255).
     #[error("the mirror is full")]
     Full,
 }
 
-/// One engine block: the router's name for it and its copies per medium.
+/// One engine block of a member: the forest slot it names and its copies per medium.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
-    ours: BlockHash,
-    copies: [u32; 3],
+struct EngineEntry {
+    slot: u32,
+    copies: [u8; 3],
 }
 
-impl Entry {
-    fn total(&self) -> u32 {
-        self.copies.iter().sum()
-    }
-}
-
-/// How many leading blocks of a prompt the engine holds.
+/// How many leading blocks of a prompt the engine holds, by the fastest medium of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MirrorMatch {
     /// Leading blocks held in the engine's own cache.
     pub gpu: usize,
-    /// Leading blocks held in some medium (at least `gpu`): the blocks past `gpu` must be
-    /// loaded from an offload tier.
-    pub any: usize,
+    /// Past those, up to the first block held nowhere: blocks with a copy in host memory (or on
+    /// the GPU again), loaded rather than recomputed.
+    pub cpu: usize,
+    /// Past `gpu`, blocks held only in a slower tier.
+    pub storage: usize,
+}
+
+impl MirrorMatch {
+    /// Leading blocks held in some medium.
+    pub fn any(&self) -> usize {
+        self.gpu + self.cpu + self.storage
+    }
 }
 
 /// Counts of what the mirror has applied and refused since it was made.
@@ -149,25 +167,41 @@ pub struct MirrorCounters {
     pub cleared: u64,
 }
 
-/// One replica's exact prefix cache, from its events.
+/// One replica's part of a shared [`Forest`]: its engine's block ids, their copies, and its
+/// holder bit there.
 #[derive(Debug)]
-pub struct EngineMirror {
-    engine: HashMap<EngineBlockId, Entry, FoldBuildHasher>,
-    /// Copies per medium of each router-named block (summed over engine blocks with that name).
-    ours: HashMap<BlockHash, [u32; 3], FoldBuildHasher>,
+pub struct Member {
+    bit: u32,
+    engine: HashMap<u64, EngineEntry, FoldBuildHasher>,
+    /// Slots this member holds under more than one engine id, per medium: how many ids beyond
+    /// the first (rare: an engine naming equal content twice).
+    aliases: HashMap<u32, [u16; 3], FoldBuildHasher>,
     capacity: usize,
     counters: MirrorCounters,
 }
 
-impl EngineMirror {
-    /// An empty mirror holding at most `capacity` engine blocks.
-    pub fn new(capacity: usize) -> Self {
-        EngineMirror {
+impl Member {
+    /// Joins `forest` (None when its 64 member bits are taken), holding at most `capacity`
+    /// engine blocks.
+    pub fn join(forest: &mut Forest, capacity: usize) -> Option<Member> {
+        Some(Member {
+            bit: forest.join()?,
             engine: HashMap::default(),
-            ours: HashMap::default(),
+            aliases: HashMap::default(),
             capacity,
             counters: MirrorCounters::default(),
-        }
+        })
+    }
+
+    /// Leaves `forest`: every block this member held is released there.
+    pub fn leave(self, forest: &mut Forest) {
+        forest.clear(self.bit);
+        forest.leave(self.bit);
+    }
+
+    /// The member's bit in its forest.
+    pub fn bit(&self) -> u32 {
+        self.bit
     }
 
     /// Engine blocks held (each counted once, whatever its copies).
@@ -186,7 +220,7 @@ impl EngineMirror {
     }
 
     /// Sets the bound (e.g. once the engine's block count is known). Blocks already held stay
-    /// even past a lower bound; new stores are refused until the mirror is below it.
+    /// even past a lower bound; new stores are refused until the member is below it.
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
     }
@@ -196,166 +230,305 @@ impl EngineMirror {
         self.counters
     }
 
-    /// The router's name for an engine block, if held.
-    pub fn ours(&self, id: EngineBlockId) -> Option<BlockHash> {
-        self.engine.get(&id).map(|e| e.ours)
+    /// Heap bytes of this member's own tables (its blocks are counted by the forest).
+    pub fn bytes(&self) -> usize {
+        table_bytes(
+            self.engine.capacity(),
+            std::mem::size_of::<(u64, EngineEntry)>(),
+        ) + table_bytes(
+            self.aliases.capacity(),
+            std::mem::size_of::<(u32, [u16; 3])>(),
+        )
     }
+}
 
+/// A member and its forest, borrowed together: what KV events are applied to.
+#[derive(Debug)]
+pub struct MemberMirror<'a> {
+    /// The shared blocks.
+    pub forest: &'a mut Forest,
+    /// The replica's part.
+    pub member: &'a mut Member,
+}
+
+/// What applies an engine's KV events ([`super::apply_batch`] feeds either kind).
+pub trait KvEventTarget {
     /// Applies a BlockStored; returns the router's names of the stored blocks.
-    pub fn stored(&mut self, s: StoredBlocks<'_>) -> Result<Vec<BlockHash>, StoreRefused> {
+    fn stored(&mut self, s: StoredBlocks<'_>) -> Result<Vec<BlockHash>, StoreRefused>;
+    /// Applies a BlockRemoved of one copy of each block in `medium`; returns how many of them
+    /// were not held there.
+    fn removed(&mut self, ids: &[EngineBlockId], medium: Medium) -> usize;
+    /// Applies AllBlocksCleared: nothing is held any more.
+    fn cleared(&mut self);
+}
+
+impl KvEventTarget for MemberMirror<'_> {
+    fn stored(&mut self, s: StoredBlocks<'_>) -> Result<Vec<BlockHash>, StoreRefused> {
+        let (forest, m) = (&mut *self.forest, &mut *self.member);
         let n = s.engine_ids.len();
         if s.block_size == 0
             || s.token_ids.len() != n.saturating_mul(s.block_size)
             || !(s.extra.is_empty() || s.extra.len() == n)
         {
-            self.counters.malformed += 1;
+            m.counters.malformed += 1;
             return Err(StoreRefused::Shape);
         }
-        let parent = match s.parent {
-            None => s.salt.seed(),
-            Some(p) => match self.engine.get(&p) {
-                Some(e) => e.ours,
+        let (parent_slot, seed) = match s.parent {
+            None => (None, s.salt.seed()),
+            Some(p) => match m.engine.get(&p.key()) {
+                Some(e) => (Some(e.slot), forest.hash(e.slot)),
                 None => {
-                    self.counters.orphans += 1;
+                    m.counters.orphans += 1;
                     return Err(StoreRefused::Orphan);
                 }
             },
         };
-        let new = s
-            .engine_ids
-            .iter()
-            .filter(|id| !self.engine.contains_key(id))
-            .count();
-        if self.engine.len() + new > self.capacity {
-            self.counters.full += 1;
+        let mi = s.medium.index();
+        let mut new = 0;
+        for id in s.engine_ids {
+            match m.engine.get(&id.key()) {
+                None => new += 1,
+                Some(e) if e.copies[mi] == u8::MAX => {
+                    m.counters.full += 1;
+                    return Err(StoreRefused::Full);
+                }
+                Some(_) => {}
+            }
+        }
+        if m.engine.len() + new > m.capacity {
+            m.counters.full += 1;
             return Err(StoreRefused::Full);
         }
-        let names = self.chain(parent, &s);
-        let m = s.medium.index();
-        for (id, &ours) in s.engine_ids.iter().zip(&names) {
-            let entry = self.engine.entry(*id).or_insert(Entry {
-                ours,
+        let names = chain(seed, &s);
+        let slots = forest.slots_of(parent_slot, &names);
+        // Blocks this member starts holding in the medium, grouped into chain runs (indices
+        // into `slots` one after the other).
+        let mut run: Vec<u32> = Vec::with_capacity(n);
+        let mut last_index = usize::MAX;
+        for (i, (id, &slot)) in s.engine_ids.iter().zip(&slots).enumerate() {
+            let e = m.engine.entry(id.key()).or_insert(EngineEntry {
+                slot,
                 copies: [0; 3],
             });
             // An engine id keeps the name it was first stored under: its hash names its
             // content, and the content does not change while any copy is held.
-            entry.copies[m] += 1;
-            let ours = entry.ours;
-            self.ours.entry(ours).or_insert([0; 3])[m] += 1;
+            e.copies[mi] += 1;
+            if e.copies[mi] > 1 {
+                continue;
+            }
+            let slot = e.slot;
+            if forest.holds(slot, m.bit, s.medium) {
+                m.aliases.entry(slot).or_insert([0; 3])[mi] += 1;
+                continue;
+            }
+            if slot != slots[i] {
+                forest.hold(&[slot], m.bit, s.medium);
+                continue;
+            }
+            if last_index.wrapping_add(1) != i {
+                forest.hold(&run, m.bit, s.medium);
+                run.clear();
+            }
+            run.push(slot);
+            last_index = i;
         }
-        self.counters.stored += n as u64;
+        forest.hold(&run, m.bit, s.medium);
+        if let Some(&last) = slots.last() {
+            // A new node nobody came to hold (ids already named elsewhere) must not stay.
+            forest.tidy(last);
+        }
+        m.counters.stored += n as u64;
         Ok(names)
     }
 
-    /// The router's chain over a run's blocks from `parent`, extra keys mixed in per block.
-    fn chain(&self, parent: BlockHash, s: &StoredBlocks<'_>) -> Vec<BlockHash> {
-        let mut names = Vec::with_capacity(s.engine_ids.len());
-        if s.extra.iter().all(Option::is_none) {
-            extend_block_hashes(parent, s.token_ids, s.block_size, &mut names);
-            return names;
-        }
-        let mut prev = parent;
-        for (i, block) in s.token_ids.chunks_exact(s.block_size).enumerate() {
-            // One block's link of the chain, then the extra keys mixed in.
-            extend_block_hashes(prev, block, s.block_size, &mut names);
-            let mut h = names[i];
-            if let Some(Some(d)) = s.extra.get(i) {
-                let mut buf = [0u8; 40];
-                buf[..8].copy_from_slice(b"extra\0v1");
-                buf[8..24].copy_from_slice(&h.0.to_le_bytes());
-                buf[24..].copy_from_slice(&d.to_le_bytes());
-                h = BlockHash(xxh3_128(&buf));
-                names[i] = h;
-            }
-            prev = h;
-        }
-        names
-    }
-
-    /// Applies a BlockRemoved of one copy of each block in `medium`; returns how many of them
-    /// the mirror did not hold there.
-    pub fn removed(&mut self, ids: &[EngineBlockId], medium: Medium) -> usize {
-        let m = medium.index();
+    fn removed(&mut self, ids: &[EngineBlockId], medium: Medium) -> usize {
+        let (forest, m) = (&mut *self.forest, &mut *self.member);
+        let mi = medium.index();
         let mut unknown = 0;
+        let mut released = Vec::new();
         for id in ids {
-            let Some(entry) = self.engine.get_mut(id) else {
+            let key = id.key();
+            let Some(e) = m.engine.get_mut(&key) else {
                 unknown += 1;
                 continue;
             };
-            if entry.copies[m] == 0 {
+            if e.copies[mi] == 0 {
                 unknown += 1;
                 continue;
             }
-            entry.copies[m] -= 1;
-            self.counters.removed += 1;
-            let ours = entry.ours;
-            if entry.total() == 0 {
-                self.engine.remove(id);
+            e.copies[mi] -= 1;
+            m.counters.removed += 1;
+            let (slot, left) = (e.slot, e.copies[mi]);
+            if e.copies == [0; 3] {
+                m.engine.remove(&key);
             }
-            if let Some(c) = self.ours.get_mut(&ours) {
-                c[m] -= 1;
-                if c.iter().all(|&x| x == 0) {
-                    self.ours.remove(&ours);
+            if left > 0 {
+                continue;
+            }
+            match m.aliases.get_mut(&slot) {
+                Some(a) if a[mi] > 0 => {
+                    a[mi] -= 1;
+                    if *a == [0; 3] {
+                        m.aliases.remove(&slot);
+                    }
                 }
+                _ => released.push(slot),
             }
         }
-        self.counters.unknown_removed += unknown as u64;
+        forest.release(&released, m.bit, medium);
+        m.counters.unknown_removed += unknown as u64;
         unknown
     }
 
-    /// Applies AllBlocksCleared: nothing is held any more.
-    pub fn cleared(&mut self) {
-        self.engine = HashMap::default();
-        self.ours = HashMap::default();
-        self.counters.cleared += 1;
+    fn cleared(&mut self) {
+        self.forest.clear(self.member.bit);
+        self.member.engine = HashMap::default();
+        self.member.aliases = HashMap::default();
+        self.member.counters.cleared += 1;
+    }
+}
+
+impl MemberMirror<'_> {
+    /// The router's name for an engine block, if held.
+    pub fn ours(&self, id: EngineBlockId) -> Option<BlockHash> {
+        self.member
+            .engine
+            .get(&id.key())
+            .map(|e| self.forest.hash(e.slot))
+    }
+}
+
+/// The router's chain over a run's blocks from `parent`, extra keys mixed in per block.
+fn chain(parent: BlockHash, s: &StoredBlocks<'_>) -> Vec<BlockHash> {
+    let mut names = Vec::with_capacity(s.engine_ids.len());
+    if s.extra.iter().all(Option::is_none) {
+        extend_block_hashes(parent, s.token_ids, s.block_size, &mut names);
+        return names;
+    }
+    let mut prev = parent;
+    for (i, block) in s.token_ids.chunks_exact(s.block_size).enumerate() {
+        // One block's link of the chain, then the extra keys mixed in.
+        extend_block_hashes(prev, block, s.block_size, &mut names);
+        let mut h = names[i];
+        if let Some(Some(d)) = s.extra.get(i) {
+            let mut buf = [0u8; 40];
+            buf[..8].copy_from_slice(b"extra\0v1");
+            buf[8..24].copy_from_slice(&h.0.to_le_bytes());
+            buf[24..].copy_from_slice(&d.to_le_bytes());
+            h = BlockHash(xxh3_128(&buf));
+            names[i] = h;
+        }
+        prev = h;
+    }
+    names
+}
+
+/// The heap bytes of a hashbrown table of `cap` entries of `entry` bytes, sized the way it sizes
+/// itself.
+pub(crate) fn table_bytes(cap: usize, entry: usize) -> usize {
+    let buckets = if cap == 0 {
+        0
+    } else if cap < 8 {
+        (cap + 1).next_power_of_two()
+    } else {
+        (cap * 8 / 7).next_power_of_two()
+    };
+    buckets * (entry + 1)
+}
+
+/// One replica's exact prefix cache, from its events: a [`Member`] with a forest of its own.
+#[derive(Debug)]
+pub struct EngineMirror {
+    forest: Forest,
+    member: Member,
+}
+
+impl EngineMirror {
+    /// An empty mirror holding at most `capacity` engine blocks.
+    pub fn new(capacity: usize) -> Self {
+        let mut forest = Forest::new();
+        let member = match Member::join(&mut forest, capacity) {
+            Some(m) => m,
+            // A new forest has all 64 bits free.
+            None => unreachable!("a new forest has a free member bit"),
+        };
+        EngineMirror { forest, member }
     }
 
-    /// Whether some copy of the block named `h` (the router's name) is on the GPU.
-    pub fn holds_gpu(&self, h: &BlockHash) -> bool {
-        self.ours.get(h).is_some_and(|c| c[0] > 0)
+    fn parts(&mut self) -> MemberMirror<'_> {
+        MemberMirror {
+            forest: &mut self.forest,
+            member: &mut self.member,
+        }
+    }
+
+    /// Engine blocks held (each counted once, whatever its copies).
+    pub fn len(&self) -> usize {
+        self.member.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.member.is_empty()
+    }
+
+    /// The most engine blocks held.
+    pub fn capacity(&self) -> usize {
+        self.member.capacity()
+    }
+
+    /// Sets the bound; see [`Member::set_capacity`].
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.member.set_capacity(capacity);
+    }
+
+    /// What has been applied and refused.
+    pub fn counters(&self) -> MirrorCounters {
+        self.member.counters()
+    }
+
+    /// The router's name for an engine block, if held.
+    pub fn ours(&self, id: EngineBlockId) -> Option<BlockHash> {
+        self.member
+            .engine
+            .get(&id.key())
+            .map(|e| self.forest.hash(e.slot))
     }
 
     /// How many leading blocks of `prompt` (router names, as [`crate::prefix_hash`] computes
-    /// them for a request) the engine holds, on its GPU and in any medium. Exact: one probe per
-    /// block up to the first one not held anywhere.
+    /// them for a request) the engine holds, by the fastest medium of each. Exact: one map probe
+    /// per forest node on the prompt's path.
     pub fn matched(&self, prompt: &[BlockHash]) -> MirrorMatch {
-        let mut out = MirrorMatch::default();
-        let mut gpu_run = true;
-        for (i, h) in prompt.iter().enumerate() {
-            let Some(c) = self.ours.get(h) else {
-                break;
-            };
-            if gpu_run && c[0] > 0 {
-                out.gpu = i + 1;
-            } else {
-                gpu_run = false;
-            }
-            out.any = i + 1;
-        }
-        out
+        let mut walk = Walk::default();
+        let bit = self.member.bit;
+        self.forest.walk(prompt, 1u64 << bit, 0, &mut walk);
+        walk.result(bit)
     }
 
-    /// An estimate of the heap bytes held: both tables, sized the way hashbrown sizes them.
+    /// The forest's shape (tests).
+    #[cfg(test)]
+    pub(crate) fn forest(&self) -> &Forest {
+        &self.forest
+    }
+
+    /// An estimate of the heap bytes held: the forest and the member's tables, sized the way
+    /// they size themselves.
     pub fn bytes(&self) -> usize {
-        fn table(cap: usize, entry: usize) -> usize {
-            let buckets = if cap == 0 {
-                0
-            } else if cap < 8 {
-                (cap + 1).next_power_of_two()
-            } else {
-                (cap * 8 / 7).next_power_of_two()
-            };
-            buckets * (entry + 1)
-        }
-        std::mem::size_of::<Self>()
-            + table(
-                self.engine.capacity(),
-                std::mem::size_of::<(EngineBlockId, Entry)>(),
-            )
-            + table(
-                self.ours.capacity(),
-                std::mem::size_of::<(BlockHash, [u32; 3])>(),
-            )
+        std::mem::size_of::<Self>() + self.forest.bytes() + self.member.bytes()
+    }
+}
+
+impl KvEventTarget for EngineMirror {
+    fn stored(&mut self, s: StoredBlocks<'_>) -> Result<Vec<BlockHash>, StoreRefused> {
+        self.parts().stored(s)
+    }
+
+    fn removed(&mut self, ids: &[EngineBlockId], medium: Medium) -> usize {
+        self.parts().removed(ids, medium)
+    }
+
+    fn cleared(&mut self) {
+        self.parts().cleared()
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::index::forest::{Forest, Walk};
 use crate::prefix_hash::block_hashes;
 use proptest::prelude::*;
 
@@ -45,7 +46,14 @@ fn a_stored_prompt_matches_the_routers_own_hashes_of_it() {
         .unwrap();
     let prompt = block_hashes(&salt(), &t, BS);
     assert_eq!(names, prompt[..4]);
-    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 6, any: 6 });
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 6,
+            cpu: 0,
+            storage: 0
+        }
+    );
     // A longer prompt matches the held prefix; another salt matches nothing.
     let longer = block_hashes(&salt(), &[t.clone(), vec![9; 8]].concat(), BS);
     assert_eq!(m.matched(&longer).gpu, 6);
@@ -86,7 +94,14 @@ fn offloaded_blocks_count_as_held_but_not_on_the_gpu() {
         .unwrap();
     m.removed(&id[2..], Medium::Gpu);
     let prompt = block_hashes(&salt(), &t, BS);
-    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 2, any: 4 });
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 2,
+            cpu: 2,
+            storage: 0
+        }
+    );
     assert_eq!(Medium::parse(Some("STORAGE")), Medium::Storage);
     assert_eq!(Medium::parse(Some("cpu")), Medium::Cpu);
     assert_eq!(Medium::parse(None), Medium::Gpu);
@@ -155,8 +170,35 @@ fn bytes_per_block_stay_bounded() {
         .unwrap();
     }
     let per_block = m.bytes() / n as usize;
-    // Two tables of 16-byte keys with their values: under 128 bytes a block when full.
-    assert!(per_block < 128, "{per_block} bytes a block");
+    // The worst shape: every block a chain of its own, so a forest node (80 bytes and its edge)
+    // per block on top of its slot, engine entry and start entry.
+    assert!(per_block < 256, "{per_block} bytes a block");
+}
+
+/// The naive answer for `prompt` from a multiset of (name, medium index) copies: the GPU run,
+/// then up to the first block held nowhere, each block by its fastest copy.
+fn naive_match(naive: &[(BlockHash, usize)], prompt: &[BlockHash]) -> MirrorMatch {
+    let fastest = |h: &BlockHash| {
+        naive
+            .iter()
+            .filter(|(x, _)| x == h)
+            .map(|&(_, mi)| mi)
+            .min()
+    };
+    let gpu = prompt.iter().take_while(|h| fastest(h) == Some(0)).count();
+    let mut out = MirrorMatch {
+        gpu,
+        cpu: 0,
+        storage: 0,
+    };
+    for h in &prompt[gpu..] {
+        match fastest(h) {
+            Some(0 | 1) => out.cpu += 1,
+            Some(_) => out.storage += 1,
+            None => break,
+        }
+    }
+    out
 }
 
 /// One operation of a random event stream.
@@ -167,22 +209,22 @@ enum Op {
         p: usize,
         from: usize,
         n: usize,
-        cpu: bool,
+        medium: usize,
     },
     /// Remove one copy of block `b` of prompt `p`.
     Remove {
         p: usize,
         b: usize,
-        cpu: bool,
+        medium: usize,
     },
     Clear,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..4usize, 0..6usize, 1..4usize, any::<bool>())
-            .prop_map(|(p, from, n, cpu)| Op::Store { p, from, n, cpu }),
-        4 => (0..4usize, 0..8usize, any::<bool>()).prop_map(|(p, b, cpu)| Op::Remove { p, b, cpu }),
+        6 => (0..4usize, 0..6usize, 1..4usize, 0..3usize)
+            .prop_map(|(p, from, n, medium)| Op::Store { p, from, n, medium }),
+        4 => (0..4usize, 0..8usize, 0..3usize).prop_map(|(p, b, medium)| Op::Remove { p, b, medium }),
         1 => Just(Op::Clear),
     ]
 }
@@ -206,11 +248,11 @@ proptest! {
         let mut m = EngineMirror::new(1_000);
         for o in ops {
             match o {
-                Op::Store { p, from, n, cpu } => {
+                Op::Store { p, from, n, medium } => {
                     let to = (from + n).min(BLOCKS);
                     let ids: Vec<EngineBlockId> = (from..to).map(|b| eid(p, b)).collect();
                     let parent = (from > 0).then(|| eid(p, from - 1));
-                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                    let medium = Medium::ALL[medium];
                     let parent_held = from == 0 || naive.iter().any(|(h, _)| *h == names[p][from - 1]);
                     let r = m.stored(run(&ids, parent, &prompts[p][from * BS..to * BS], medium));
                     prop_assert_eq!(r.is_ok(), parent_held);
@@ -220,8 +262,8 @@ proptest! {
                         }
                     }
                 }
-                Op::Remove { p, b, cpu } => {
-                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                Op::Remove { p, b, medium } => {
+                    let medium = Medium::ALL[medium];
                     let unknown = m.removed(&[eid(p, b)], medium);
                     match naive.iter().position(|&(h, mi)| h == names[p][b] && mi == medium.index()) {
                         Some(i) => {
@@ -236,16 +278,146 @@ proptest! {
                     naive.clear();
                 }
             }
+            m.forest().check();
             for prompt in &names {
-                let held = |h: &BlockHash, gpu: bool| naive.iter().any(|(x, mi)| x == h && (!gpu || *mi == 0));
-                let any = prompt.iter().take_while(|h| held(h, false)).count();
-                let gpu = prompt.iter().take_while(|h| held(h, true)).count();
-                prop_assert_eq!(m.matched(prompt), MirrorMatch { gpu, any });
+                prop_assert_eq!(m.matched(prompt), naive_match(&naive, prompt));
             }
             let mut distinct: Vec<BlockHash> = naive.iter().map(|(h, _)| *h).collect();
             distinct.sort_by_key(|h| h.0);
             distinct.dedup();
             prop_assert_eq!(m.len(), distinct.len());
         }
+    }
+}
+
+/// One operation on a forest shared by several members.
+#[derive(Debug, Clone)]
+enum SharedOp {
+    /// Member `m` stores blocks `[from, from + n)` of prompt `p` under its id form `alias`.
+    Store {
+        m: usize,
+        p: usize,
+        from: usize,
+        n: usize,
+        medium: usize,
+        alias: bool,
+    },
+    /// Member `m` removes one copy of blocks `[b, b + n)` of prompt `p` under its id form
+    /// `alias`, in one event, listed last first when `desc`.
+    Remove {
+        m: usize,
+        p: usize,
+        b: usize,
+        n: usize,
+        desc: bool,
+        medium: usize,
+        alias: bool,
+    },
+    Clear {
+        m: usize,
+    },
+}
+
+const MEMBERS: usize = 3;
+
+fn shared_op() -> impl Strategy<Value = SharedOp> {
+    prop_oneof![
+        8 => (0..MEMBERS, 0..4usize, 0..6usize, 1..5usize, 0..3usize, proptest::bool::weighted(0.2))
+            .prop_map(|(m, p, from, n, medium, alias)| SharedOp::Store { m, p, from, n, medium, alias }),
+        5 => (0..MEMBERS, 0..4usize, 0..8usize, 1..4usize, any::<bool>(), 0..3usize, proptest::bool::weighted(0.2))
+            .prop_map(|(m, p, b, n, desc, medium, alias)| SharedOp::Remove { m, p, b, n, desc, medium, alias }),
+        1 => (0..MEMBERS).prop_map(|m| SharedOp::Clear { m }),
+    ]
+}
+
+proptest! {
+    /// Several members in one forest, each against its own naive multiset of copies: one walk
+    /// answers every member exactly as its multiset alone would, also when an engine names the
+    /// same content under two ids (an alias), and the forest keeps its shape rules throughout.
+    #[test]
+    fn a_shared_forest_answers_each_member_as_its_own_mirror(
+        ops in proptest::collection::vec(shared_op(), 0..120)
+    ) {
+        const BLOCKS: usize = 8;
+        let mut prompts: Vec<Vec<u32>> = (0..4).map(|p| tokens(BLOCKS, p as u32 * 1000)).collect();
+        // Prompts 0, 1 and 2 share their first blocks (3 and 1 of them).
+        let head: Vec<u32> = prompts[0][..3 * BS].to_vec();
+        prompts[1][..3 * BS].copy_from_slice(&head);
+        prompts[2][..BS].copy_from_slice(&head[..BS]);
+        let names: Vec<Vec<BlockHash>> = prompts.iter().map(|t| block_hashes(&salt(), t, BS)).collect();
+        let eid = |p: usize, b: usize, alias: bool| {
+            EngineBlockId(names[p][b].0 ^ if alias { 0xa11a5 } else { 0x5a5a })
+        };
+        let mut forest = Forest::new();
+        let mut members: Vec<Member> = (0..MEMBERS)
+            .map(|_| Member::join(&mut forest, 1_000).expect("a free bit"))
+            .collect();
+        // Per member: (engine id, name, medium index) per copy.
+        let mut naive: Vec<Vec<(EngineBlockId, BlockHash, usize)>> = vec![Vec::new(); MEMBERS];
+        let mut walk = Walk::default();
+        for o in ops {
+            match o {
+                SharedOp::Store { m, p, from, n, medium, alias } => {
+                    let to = (from + n).min(BLOCKS);
+                    let ids: Vec<EngineBlockId> = (from..to).map(|b| eid(p, b, alias)).collect();
+                    let parent = (from > 0).then(|| eid(p, from - 1, alias));
+                    let medium = Medium::ALL[medium];
+                    let parent_held = parent.is_none_or(|id| naive[m].iter().any(|c| c.0 == id));
+                    let mut mirror = MemberMirror { forest: &mut forest, member: &mut members[m] };
+                    let r = mirror.stored(run(&ids, parent, &prompts[p][from * BS..to * BS], medium));
+                    prop_assert_eq!(r.is_ok(), parent_held);
+                    if parent_held {
+                        for (b, &id) in (from..to).zip(&ids) {
+                            naive[m].push((id, names[p][b], medium.index()));
+                        }
+                    }
+                }
+                SharedOp::Remove { m, p, b, n, desc, medium, alias } => {
+                    let medium = Medium::ALL[medium];
+                    let mut ids: Vec<EngineBlockId> = (b..(b + n).min(BLOCKS)).map(|b| eid(p, b, alias)).collect();
+                    if desc {
+                        ids.reverse();
+                    }
+                    let mut mirror = MemberMirror { forest: &mut forest, member: &mut members[m] };
+                    let unknown = mirror.removed(&ids, medium);
+                    let mut naive_unknown = 0;
+                    for id in ids {
+                        match naive[m].iter().position(|c| c.0 == id && c.2 == medium.index()) {
+                            Some(i) => {
+                                naive[m].swap_remove(i);
+                            }
+                            None => naive_unknown += 1,
+                        }
+                    }
+                    prop_assert_eq!(unknown, naive_unknown);
+                }
+                SharedOp::Clear { m } => {
+                    MemberMirror { forest: &mut forest, member: &mut members[m] }.cleared();
+                    naive[m].clear();
+                }
+            }
+            forest.check();
+            let mask = (1u64 << MEMBERS) - 1;
+            for prompt in &names {
+                forest.walk(prompt, mask, 0, &mut walk);
+                for (m, member) in members.iter().enumerate() {
+                    let copies: Vec<(BlockHash, usize)> = naive[m].iter().map(|c| (c.1, c.2)).collect();
+                    prop_assert_eq!(walk.result(member.bit()), naive_match(&copies, prompt), "member {}", m);
+                }
+            }
+            for (m, member) in members.iter().enumerate() {
+                let mut distinct: Vec<EngineBlockId> = naive[m].iter().map(|c| c.0).collect();
+                distinct.sort_by_key(|id| id.0);
+                distinct.dedup();
+                prop_assert_eq!(member.len(), distinct.len());
+            }
+        }
+        // Members leaving release everything: the forest ends empty.
+        for member in members {
+            member.leave(&mut forest);
+        }
+        forest.check();
+        prop_assert_eq!(forest.blocks(), 0);
+        prop_assert!(forest.is_unused());
     }
 }

@@ -9,6 +9,7 @@
 
 mod error;
 mod feed;
+mod forest;
 mod hasher;
 mod mirror;
 #[cfg(test)]
@@ -20,8 +21,10 @@ mod speculative;
 
 pub use error::IndexError;
 pub use feed::{apply_batch, engine_id, run_salt, BatchApplied};
+pub use forest::{Forest, Walk, FOREST_MEMBERS};
 pub use mirror::{
-    EngineBlockId, EngineMirror, Medium, MirrorCounters, MirrorMatch, StoreRefused, StoredBlocks,
+    EngineBlockId, EngineMirror, KvEventTarget, Medium, Member, MemberMirror, MirrorCounters,
+    MirrorMatch, StoreRefused, StoredBlocks,
 };
 pub use replica_blocks::{RecordUndo, ReplicaBlocks, MAX_CAPACITY_BLOCKS};
 pub use reply::{LookupReply, StatsReply};

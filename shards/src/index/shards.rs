@@ -17,7 +17,8 @@
 
 use super::error::IndexError;
 use super::feed::{apply_batch, BatchApplied};
-use super::mirror::EngineMirror;
+use super::forest::{Forest, Walk};
+use super::mirror::{KvEventTarget, Member, MemberMirror};
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
 use super::reply::{Gather, LookupReply, PartSender, StatsReply};
 use super::speculative::{Speculative, SpeculativeCounters, SPECULATIVE_TTL};
@@ -405,35 +406,42 @@ struct Replica {
     exact: Option<Exact>,
 }
 
-/// A replica's mirror of its engine's KV events.
+/// A replica's mirror of its engine's KV events: its part of one of the shard's forests.
 struct Exact {
-    mirror: EngineMirror,
+    member: Member,
+    /// Which of the shard's forests.
+    forest: usize,
     synced: bool,
     events: BatchApplied,
     /// What was routed here and the events have not confirmed yet.
     speculative: Speculative,
 }
 
-impl Replica {
-    /// How many leading blocks of `prompt` the replica holds, by the view its mode names.
-    fn held(&mut self, prompt: &[crate::prefix_hash::BlockHash], now: Instant) -> usize {
-        match &mut self.exact {
-            Some(Exact {
-                mirror,
-                speculative,
-                synced: true,
-                ..
-            }) => {
-                speculative.expire(now, |b| mirror.holds_gpu(b));
-                prompt
-                    .iter()
-                    .take_while(|h| mirror.holds_gpu(h) || speculative.contains(h))
-                    .count()
-            }
-            _ => self.blocks.matched_prefix(prompt),
-        }
+impl Exact {
+    /// Drops the speculative entries due by `now`, confirmed when the mirror holds the whole
+    /// entry on its GPU.
+    fn expire(&mut self, forests: &[Forest], now: Instant) {
+        let (forest, bit) = (&forests[self.forest], self.member.bit());
+        self.speculative
+            .expire(now, |entry| holds_all(forest, bit, entry));
     }
 
+    /// Drops the entries the mirror now holds whole on its GPU.
+    fn confirm(&mut self, forests: &[Forest]) {
+        let (forest, bit) = (&forests[self.forest], self.member.bit());
+        self.speculative
+            .confirm(|entry| holds_all(forest, bit, entry));
+    }
+}
+
+/// Whether member `bit` of `forest` holds every block of `entry` on its GPU.
+fn holds_all(forest: &Forest, bit: u32, entry: &[BlockHash]) -> bool {
+    let mut walk = Walk::default();
+    forest.walk(entry, 1u64 << bit, 0, &mut walk);
+    walk.result(bit).gpu == entry.len()
+}
+
+impl Replica {
     fn mode(&self) -> IndexMode {
         match &self.exact {
             None => IndexMode::Approximate,
@@ -441,14 +449,40 @@ impl Replica {
             Some(_) => IndexMode::Unsynced,
         }
     }
+
+    /// The forest and member bit answering for the replica, when it is exact.
+    fn exact_member(&self) -> Option<(usize, u32)> {
+        match &self.exact {
+            Some(e) if e.synced => Some((e.forest, e.member.bit())),
+            _ => None,
+        }
+    }
+}
+
+/// How many leading blocks of `prompt` an exact replica holds: what the forest walk found on its
+/// GPU, extended by its speculative blocks (and by the GPU blocks they bridge to).
+fn exact_held(walk: &Walk, bit: u32, speculative: &Speculative, prompt: &[BlockHash]) -> usize {
+    let mut held = walk.result(bit).gpu;
+    if speculative.is_empty() {
+        return held;
+    }
+    loop {
+        let from = held;
+        while held < prompt.len() && speculative.contains(&prompt[held]) {
+            held += 1;
+        }
+        while let Some(end) = walk.gpu_at(bit, held) {
+            held = end;
+        }
+        if held == from {
+            return held;
+        }
+    }
 }
 
 /// A shard thread: applies commands in queue order until every sender is gone.
 fn run_shard(commands: Receiver<Command>, default_capacity: usize) {
-    let mut shard = Shard {
-        replicas: HashMap::new(),
-        default_capacity,
-    };
+    let mut shard = Shard::new(default_capacity);
     for command in commands.iter() {
         shard.apply(command, Instant::now());
     }
@@ -457,10 +491,23 @@ fn run_shard(commands: Receiver<Command>, default_capacity: usize) {
 /// The replicas of one shard: pure state, fed one command at a time.
 struct Shard {
     replicas: HashMap<u64, Replica>,
+    /// The exact replicas' blocks, up to 64 replicas per forest.
+    forests: Vec<Forest>,
+    /// A lookup's walk, kept so its path buffer is reused.
+    walk: Walk,
     default_capacity: usize,
 }
 
 impl Shard {
+    fn new(default_capacity: usize) -> Shard {
+        Shard {
+            replicas: HashMap::new(),
+            forests: Vec::new(),
+            walk: Walk::default(),
+            default_capacity,
+        }
+    }
+
     fn entry(&mut self, replica: u64) -> &mut Replica {
         let capacity = self.default_capacity;
         self.replicas.entry(replica).or_insert_with(|| Replica {
@@ -471,14 +518,104 @@ impl Shard {
     }
 
     fn exact(&mut self, replica: u64) -> &mut Exact {
-        let r = self.entry(replica);
-        let capacity = r.blocks.capacity();
-        r.exact.get_or_insert_with(|| Exact {
-            mirror: EngineMirror::new(capacity),
-            synced: false,
-            events: BatchApplied::default(),
-            speculative: Speculative::new(SPECULATIVE_TTL, capacity),
-        })
+        let capacity = self.entry(replica).blocks.capacity();
+        let has = self
+            .replicas
+            .get(&replica)
+            .is_some_and(|r| r.exact.is_some());
+        if !has {
+            let joined = self
+                .forests
+                .iter_mut()
+                .enumerate()
+                .find_map(|(i, f)| Member::join(f, capacity).map(|m| (i, m)));
+            let (forest, member) = match joined {
+                Some(j) => j,
+                None => {
+                    let mut f = Forest::new();
+                    let joined = Member::join(&mut f, capacity);
+                    self.forests.push(f);
+                    match joined {
+                        Some(m) => (self.forests.len() - 1, m),
+                        None => unreachable!("a new forest has a free member bit"),
+                    }
+                }
+            };
+            let r = self.entry(replica);
+            r.exact = Some(Exact {
+                member,
+                forest,
+                synced: false,
+                events: BatchApplied::default(),
+                speculative: Speculative::new(SPECULATIVE_TTL, capacity),
+            });
+        }
+        match self.entry(replica).exact.as_mut() {
+            Some(e) => e,
+            None => unreachable!("the mirror was made above"),
+        }
+    }
+
+    /// Ends `replica`'s mirror, releasing its blocks in its forest.
+    fn drop_exact(&mut self, exact: Option<Exact>) {
+        if let Some(e) = exact {
+            if let Some(f) = self.forests.get_mut(e.forest) {
+                e.member.leave(f);
+            }
+        }
+    }
+
+    /// Answers a lookup: one forest walk for all the exact replicas asked that share a forest,
+    /// the routing records for the rest.
+    fn lookup(
+        &mut self,
+        prompt: &[BlockHash],
+        replicas: &[(u32, u64)],
+        now: Instant,
+    ) -> Vec<(u32, u32)> {
+        let mut answers = Vec::with_capacity(replicas.len());
+        // Members asked per forest, and those with speculative blocks (they need the path).
+        let mut asked: Vec<(u64, u64)> = vec![(0, 0); self.forests.len()];
+        for &(position, key) in replicas {
+            let Some(r) = self.replicas.get_mut(&key) else {
+                answers.push((position, 0));
+                continue;
+            };
+            match r.exact_member() {
+                Some((f, bit)) => {
+                    if let Some(e) = &mut r.exact {
+                        e.expire(&self.forests, now);
+                        if !e.speculative.is_empty() {
+                            asked[f].1 |= 1u64 << bit;
+                        }
+                    }
+                    asked[f].0 |= 1u64 << bit;
+                }
+                None => {
+                    let held = r.blocks.matched_prefix(prompt);
+                    answers.push((position, held.min(u32::MAX as usize) as u32));
+                }
+            }
+        }
+        for (f, &(mask, keep_path)) in asked.iter().enumerate() {
+            if mask == 0 {
+                continue;
+            }
+            self.forests[f].walk(prompt, mask, keep_path, &mut self.walk);
+            for &(position, key) in replicas {
+                let Some(r) = self.replicas.get(&key) else {
+                    continue;
+                };
+                let (Some((rf, bit)), Some(e)) = (r.exact_member(), &r.exact) else {
+                    continue;
+                };
+                if rf == f {
+                    let held = exact_held(&self.walk, bit, &e.speculative, prompt);
+                    answers.push((position, held.min(u32::MAX as usize) as u32));
+                }
+            }
+        }
+        answers
     }
 
     /// Applies one command at time `now` (speculative entries expire by it).
@@ -489,16 +626,7 @@ impl Shard {
                 replicas,
                 reply,
             } => {
-                let answers = replicas
-                    .iter()
-                    .map(|&(position, key)| {
-                        let held = self
-                            .replicas
-                            .get_mut(&key)
-                            .map_or(0, |r| r.held(&prompt, now));
-                        (position, held.min(u32::MAX as usize) as u32)
-                    })
-                    .collect();
+                let answers = self.lookup(&prompt, &replicas, now);
                 reply.send(answers);
             }
             Command::Record {
@@ -507,11 +635,13 @@ impl Shard {
                 partial,
                 undo,
             } => {
-                let r = self.entry(replica);
+                self.entry(replica);
+                let Some(r) = self.replicas.get_mut(&replica) else {
+                    return;
+                };
                 let token = r.blocks.record_prompt(&blocks, partial);
                 if let Some(e) = &mut r.exact {
-                    let mirror = &e.mirror;
-                    e.speculative.expire(now, |b| mirror.holds_gpu(b));
+                    e.expire(&self.forests, now);
                     e.speculative.insert(blocks, now);
                 }
                 *lock(&undo) = Some(token);
@@ -530,7 +660,8 @@ impl Shard {
                 }
             }
             Command::Forget { replica } => {
-                self.replicas.remove(&replica);
+                let exact = self.replicas.remove(&replica).and_then(|r| r.exact);
+                self.drop_exact(exact);
             }
             Command::Clear { replica } => {
                 let r = self.entry(replica);
@@ -541,7 +672,7 @@ impl Shard {
                 let r = self.entry(replica);
                 r.blocks.set_capacity(blocks);
                 if let Some(e) = &mut r.exact {
-                    e.mirror.set_capacity(blocks);
+                    e.member.set_capacity(blocks);
                     e.speculative.set_capacity(blocks);
                 }
             }
@@ -550,35 +681,59 @@ impl Shard {
                 model,
                 batch,
             } => {
-                let e = self.exact(replica);
-                let applied = apply_batch(&mut e.mirror, &model, &batch);
+                self.exact(replica);
+                let (Some(e), forests) = (
+                    self.replicas
+                        .get_mut(&replica)
+                        .and_then(|r| r.exact.as_mut()),
+                    &mut self.forests,
+                ) else {
+                    return;
+                };
+                let applied = apply_batch(
+                    &mut MemberMirror {
+                        forest: &mut forests[e.forest],
+                        member: &mut e.member,
+                    },
+                    &model,
+                    &batch,
+                );
                 e.events.add(applied);
                 if applied.cleared > 0 {
                     e.speculative.clear();
                 }
-                let mirror = &e.mirror;
-                e.speculative.confirm(|b| mirror.holds_gpu(b));
-                e.speculative.expire(now, |b| mirror.holds_gpu(b));
+                e.confirm(forests);
+                e.expire(forests, now);
             }
             Command::ClearMirror { replica } => {
-                let e = self.exact(replica);
-                e.mirror.cleared();
+                self.exact(replica);
+                let (Some(e), forests) = (
+                    self.replicas
+                        .get_mut(&replica)
+                        .and_then(|r| r.exact.as_mut()),
+                    &mut self.forests,
+                ) else {
+                    return;
+                };
+                MemberMirror {
+                    forest: &mut forests[e.forest],
+                    member: &mut e.member,
+                }
+                .cleared();
                 e.speculative.clear();
             }
             Command::SetSynced { replica, synced } => {
                 self.exact(replica).synced = synced;
             }
             Command::StopEvents { replica } => {
-                if let Some(r) = self.replicas.get_mut(&replica) {
-                    r.exact = None;
-                }
+                let exact = self.replicas.get_mut(&replica).and_then(|r| r.exact.take());
+                self.drop_exact(exact);
             }
             Command::Stats { reply } => {
                 // Entries due by now are classified before they are counted.
                 for r in self.replicas.values_mut() {
                     if let Some(e) = &mut r.exact {
-                        let mirror = &e.mirror;
-                        e.speculative.expire(now, |b| mirror.holds_gpu(b));
+                        e.expire(&self.forests, now);
                     }
                 }
                 let stats = self
@@ -591,7 +746,7 @@ impl Shard {
                         capacity: r.blocks.capacity(),
                         resets: r.resets,
                         mode: r.mode(),
-                        mirror_blocks: r.exact.as_ref().map_or(0, |e| e.mirror.len()),
+                        mirror_blocks: r.exact.as_ref().map_or(0, |e| e.member.len()),
                         events: r
                             .exact
                             .as_ref()

@@ -480,3 +480,108 @@ fn in_exact_mode_a_routed_prompt_counts_until_its_events_arrive_and_a_take_back_
     index.clear_mirror(3).unwrap();
     assert_eq!(held(&index, &prompt, 3), 0);
 }
+
+/// One BlockStored continuing `parent`, block size 1.
+fn continued_batch(
+    engine_ids: std::ops::Range<u64>,
+    parent: u64,
+    tokens: &[u32],
+) -> Arc<KvEventBatch> {
+    use inferrail_events::{ExternalBlockHash, WireEvent};
+    let mut batch = stored_batch(engine_ids, tokens);
+    if let Some(WireEvent::BlockStored(s)) = Arc::make_mut(&mut batch).events.first_mut() {
+        s.parent_block_hash = Some(ExternalBlockHash::Int(parent));
+    }
+    batch
+}
+
+#[test]
+fn more_exact_replicas_than_one_forest_holds_each_answer_for_itself() {
+    // 70 replicas on one shard: two forests. Replica r's engine holds the first r % 9 blocks.
+    let index = start(1, 100);
+    let model: Arc<str> = Arc::from("m");
+    let tokens: Vec<u32> = (1..=8).collect();
+    let prompt = chain(&tokens);
+    let replicas: Vec<u64> = (0..70).collect();
+    for &r in &replicas {
+        index.set_synced(r, true).unwrap();
+        let n = (r % 9) as usize;
+        if n > 0 {
+            index
+                .apply_events(
+                    r,
+                    Arc::clone(&model),
+                    stored_batch(r * 100..r * 100 + n as u64, &tokens[..n]),
+                )
+                .unwrap();
+        }
+    }
+    let want: Vec<usize> = replicas.iter().map(|r| (r % 9) as usize).collect();
+    let asked = index
+        .lookup(Arc::clone(&prompt), &replicas)
+        .and_then(LookupReply::wait);
+    assert_eq!(asked.ok(), Some(want.clone()));
+    // A replica leaving releases its bit and its blocks; one joining later takes the bit.
+    index.stop_events(8).unwrap();
+    index.set_synced(200, true).unwrap();
+    index
+        .apply_events(
+            200,
+            Arc::clone(&model),
+            stored_batch(20_000..20_003, &tokens[..3]),
+        )
+        .unwrap();
+    assert_eq!(held(&index, &prompt, 200), 3);
+    assert_eq!(held(&index, &prompt, 7), 7);
+    index.forget(7).unwrap();
+    assert_eq!(held(&index, &prompt, 7), 0);
+    let stats = index.stats().unwrap();
+    let of = |k: u64| {
+        stats
+            .iter()
+            .find(|s| s.key == k)
+            .map(|s| (s.mode, s.mirror_blocks))
+    };
+    assert_eq!(of(8), Some((IndexMode::Approximate, 0)));
+    assert_eq!(of(200), Some((IndexMode::Exact, 3)));
+    assert_eq!(of(17), Some((IndexMode::Exact, 8)));
+}
+
+#[test]
+fn a_speculative_entry_bridges_a_hole_to_the_blocks_the_engine_holds_past_it() {
+    let index = start(1, 100);
+    let model: Arc<str> = Arc::from("m");
+    let prompt = chain(&[1, 2, 3, 4, 5, 6]);
+    index.set_synced(4, true).unwrap();
+    // The engine holds blocks 0..2 and, past a hole at 2, blocks 3..6 (stored, then block 2
+    // evicted on its own).
+    index
+        .apply_events(4, Arc::clone(&model), stored_batch(40..43, &[1, 2, 3]))
+        .unwrap();
+    index
+        .apply_events(
+            4,
+            Arc::clone(&model),
+            continued_batch(43..46, 42, &[4, 5, 6]),
+        )
+        .unwrap();
+    assert_eq!(held(&index, &prompt, 4), 6);
+    let evict = Arc::new(KvEventBatch {
+        ts: 0.0,
+        events: vec![inferrail_events::WireEvent::BlockRemoved(
+            inferrail_events::BlockRemoved {
+                block_hashes: vec![inferrail_events::ExternalBlockHash::Int(42)],
+                medium: None,
+                group_idx: None,
+                locality: None,
+                ownership: None,
+            },
+        )],
+        data_parallel_rank: None,
+    });
+    index.apply_events(4, Arc::clone(&model), evict).unwrap();
+    assert_eq!(held(&index, &prompt, 4), 2, "the engine stops at the hole");
+    // A routed prompt covering the hole: held speculatively, the walk continues past it.
+    index.record(4, chain(&[1, 2, 3])).unwrap();
+    assert_eq!(held(&index, &prompt, 4), 6);
+}

@@ -6,7 +6,7 @@
 //! prompt sent meanwhile would be priced as cold and scattered. Each routed prompt's blocks are
 //! therefore held here for [`SPECULATIVE_TTL`]; a lookup in exact mode counts a block as held
 //! when the mirror holds it on the GPU or it is held here. An entry is `confirmed` and dropped as
-//! soon as the mirror holds its last block (the mirror alone answers from then on, evictions
+//! soon as the mirror holds all its blocks on the GPU (the mirror alone answers from then on, evictions
 //! included), and `expired` when its time runs out first (the engine never stored it, or
 //! evicted it at once). An AllBlocksCleared drops every entry. At most as many distinct blocks
 //! as the replica's capacity are held (the entries share their block lists with the routing
@@ -28,7 +28,7 @@ pub const SPECULATIVE_TTL: Duration = Duration::from_secs(2);
 pub struct SpeculativeCounters {
     /// Routed prompts inserted.
     pub inserted: u64,
-    /// Entries whose last block the mirror held when they expired.
+    /// Entries the mirror held whole (on its GPU) when they were checked.
     pub confirmed: u64,
     /// Entries the mirror did not confirm by their expiry: the engine never stored those
     /// blocks under the names the gateway computed (a refused request, an eviction at once, or
@@ -118,14 +118,14 @@ impl Speculative {
         }
     }
 
-    /// Drops the entries due by `now`, counting each as confirmed when `confirmed` says its last
-    /// block is held by the mirror.
-    pub fn expire(&mut self, now: Instant, confirmed: impl Fn(&BlockHash) -> bool) {
+    /// Drops the entries due by `now`, counting each as confirmed when `confirmed` says the
+    /// mirror holds all its blocks.
+    pub fn expire(&mut self, now: Instant, confirmed: impl Fn(&[BlockHash]) -> bool) {
         while self.queue.front().is_some_and(|(due, _)| *due <= now) {
             let Some((_, entry)) = self.queue.pop_front() else {
                 break;
             };
-            if entry.last().is_some_and(&confirmed) {
+            if confirmed(&entry) {
                 self.counters.confirmed += 1;
             } else {
                 self.counters.expired += 1;
@@ -134,13 +134,13 @@ impl Speculative {
         }
     }
 
-    /// Drops the entries whose last block `held` says the mirror now holds, counting them
-    /// confirmed: from then on the mirror alone answers for them, so an eviction the engine
-    /// reports is seen at once.
-    pub fn confirm(&mut self, held: impl Fn(&BlockHash) -> bool) {
+    /// Drops the entries `held` says the mirror now holds whole, counting them confirmed: from
+    /// then on the mirror alone answers for them, so an eviction the engine reports is seen at
+    /// once.
+    pub fn confirm(&mut self, held: impl Fn(&[BlockHash]) -> bool) {
         let mut kept = VecDeque::with_capacity(self.queue.len());
         for (due, entry) in std::mem::take(&mut self.queue) {
-            if entry.last().is_some_and(&held) {
+            if held(&entry) {
                 self.counters.confirmed += 1;
                 self.release(&entry);
             } else {
@@ -184,7 +184,9 @@ mod tests {
         s.insert(blocks(&[1, 2, 4]), t0 + Duration::from_secs(1));
         assert!(s.contains(&BlockHash(3)) && s.contains(&BlockHash(4)));
         // The first is due at 2 s; the mirror holds its last block by then.
-        s.expire(t0 + Duration::from_secs(2), |b| *b == BlockHash(3));
+        s.expire(t0 + Duration::from_secs(2), |e| {
+            e.last() == Some(&BlockHash(3))
+        });
         assert!(!s.contains(&BlockHash(3)));
         assert!(s.contains(&BlockHash(1)), "still named by the second entry");
         s.expire(t0 + Duration::from_secs(3), |_| false);
@@ -199,7 +201,7 @@ mod tests {
         let mut s = Speculative::new(Duration::from_secs(2), 100);
         s.insert(blocks(&[1, 2]), t0);
         s.insert(blocks(&[1, 3]), t0);
-        s.confirm(|b| *b == BlockHash(2));
+        s.confirm(|e| e.last() == Some(&BlockHash(2)));
         assert!(!s.contains(&BlockHash(2)));
         assert!(s.contains(&BlockHash(1)) && s.contains(&BlockHash(3)));
         assert_eq!(s.counters().confirmed, 1);
