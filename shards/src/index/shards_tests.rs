@@ -364,25 +364,15 @@ fn concurrent_callers_get_every_reply_and_capacities_hold() {
 
 /// One BlockStored of a whole prompt from its first block, block size 1 (as [`chain`] hashes).
 fn stored_batch(engine_ids: std::ops::Range<u64>, tokens: &[u32]) -> Arc<KvEventBatch> {
-    use inferrail_events::{BlockStored, ExternalBlockHash, WireEvent};
+    use inferrail_events::{BlockStored, WireEvent};
     Arc::new(KvEventBatch {
         ts: 0.0,
-        events: vec![WireEvent::BlockStored(BlockStored {
-            block_hashes: engine_ids.map(ExternalBlockHash::Int).collect(),
-            parent_block_hash: None,
-            token_ids: tokens.to_vec(),
-            block_size: 1,
-            lora_id: None,
-            medium: Some("GPU".into()),
-            lora_name: None,
-            extra_keys: None,
-            group_idx: Some(0),
-            kv_cache_spec_kind: None,
-            kv_cache_spec_sliding_window: None,
-            locality: None,
-            ownership: None,
-            session_id: None,
-        })],
+        events: vec![WireEvent::BlockStored(BlockStored::gpu(
+            engine_ids,
+            None,
+            tokens.to_vec(),
+            1,
+        ))],
         data_parallel_rank: None,
     })
 }
@@ -569,13 +559,7 @@ fn a_speculative_entry_bridges_a_hole_to_the_blocks_the_engine_holds_past_it() {
     let evict = Arc::new(KvEventBatch {
         ts: 0.0,
         events: vec![inferrail_events::WireEvent::BlockRemoved(
-            inferrail_events::BlockRemoved {
-                block_hashes: vec![inferrail_events::ExternalBlockHash::Int(42)],
-                medium: None,
-                group_idx: None,
-                locality: None,
-                ownership: None,
-            },
+            inferrail_events::BlockRemoved::gpu([42]),
         )],
         data_parallel_rank: None,
     });

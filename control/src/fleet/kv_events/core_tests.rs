@@ -1,5 +1,5 @@
 use super::*;
-use inferrail_events::{BlockStored, ExternalBlockHash};
+use inferrail_events::BlockStored;
 
 /// What the core did to its sink, in order; an applied batch is named by its timestamp.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,22 +31,12 @@ impl Recorder {
 }
 
 fn stored(block_size: u64) -> WireEvent {
-    WireEvent::BlockStored(BlockStored {
-        block_hashes: vec![ExternalBlockHash::Int(7)],
-        parent_block_hash: None,
-        token_ids: vec![1; block_size as usize],
+    WireEvent::BlockStored(BlockStored::gpu(
+        [7],
+        None,
+        vec![1; block_size as usize],
         block_size,
-        lora_id: None,
-        medium: Some("GPU".into()),
-        lora_name: None,
-        extra_keys: None,
-        group_idx: None,
-        kv_cache_spec_kind: None,
-        kv_cache_spec_sliding_window: None,
-        locality: None,
-        ownership: None,
-        session_id: None,
-    })
+    ))
 }
 
 /// Message `seq` carrying one stored block, its batch stamped `seq + 1` seconds.
