@@ -311,7 +311,7 @@ fn bench_lookup() {
             assert_eq!(chain.len(), PROMPT_BLOCKS);
             for (r, mirror) in mirrors.iter().enumerate() {
                 let m = mirror.matched(chain);
-                assert_eq!((m.gpu, m.any), (held[p][r], held[p][r]), "replica {r}");
+                assert_eq!((m.gpu, m.cpu, m.storage), (held[p][r], 0, 0), "replica {r}");
             }
         }
         let full = mirrors.iter().all(|m| m.len() + 64 > CAPACITY);

@@ -120,14 +120,18 @@ impl Entry {
     }
 }
 
-/// How many leading blocks of a prompt the engine holds.
+/// How many leading blocks of a prompt the engine holds, by where it would get each from.
+/// `gpu + cpu + storage` is the leading run of blocks held in some medium.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MirrorMatch {
-    /// Leading blocks held in the engine's own cache.
+    /// Leading blocks held in the engine's own cache (a GPU copy each).
     pub gpu: usize,
-    /// Leading blocks held in some medium (at least `gpu`): the blocks past `gpu` must be
-    /// loaded from an offload tier.
-    pub any: usize,
+    /// Past the `gpu` run, blocks whose fastest copy is on the CPU (or on the GPU: once the run
+    /// is broken the engine loads what follows from its offload tier, so a GPU copy past it is
+    /// priced as the CPU's).
+    pub cpu: usize,
+    /// Past the `gpu` run, blocks held only in a slower tier than the CPU.
+    pub storage: usize,
 }
 
 /// Counts of what the mirror has applied and refused since it was made.
@@ -316,21 +320,26 @@ impl EngineMirror {
     }
 
     /// How many leading blocks of `prompt` (router names, as [`crate::prefix_hash`] computes
-    /// them for a request) the engine holds, on its GPU and in any medium. Exact: one probe per
-    /// block up to the first one not held anywhere.
+    /// them for a request) the engine holds: the run of blocks with a GPU copy, then up to the
+    /// first block held nowhere, each counted by its fastest copy. Exact: one probe per block
+    /// up to the first one not held anywhere.
     pub fn matched(&self, prompt: &[BlockHash]) -> MirrorMatch {
         let mut out = MirrorMatch::default();
         let mut gpu_run = true;
-        for (i, h) in prompt.iter().enumerate() {
+        for h in prompt {
             let Some(c) = self.ours.get(h) else {
                 break;
             };
             if gpu_run && c[0] > 0 {
-                out.gpu = i + 1;
-            } else {
-                gpu_run = false;
+                out.gpu += 1;
+                continue;
             }
-            out.any = i + 1;
+            gpu_run = false;
+            if c[0] > 0 || c[1] > 0 {
+                out.cpu += 1;
+            } else {
+                out.storage += 1;
+            }
         }
         out
     }

@@ -45,7 +45,14 @@ fn a_stored_prompt_matches_the_routers_own_hashes_of_it() {
         .unwrap();
     let prompt = block_hashes(&salt(), &t, BS);
     assert_eq!(names, prompt[..4]);
-    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 6, any: 6 });
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 6,
+            cpu: 0,
+            storage: 0
+        }
+    );
     // A longer prompt matches the held prefix; another salt matches nothing.
     let longer = block_hashes(&salt(), &[t.clone(), vec![9; 8]].concat(), BS);
     assert_eq!(m.matched(&longer).gpu, 6);
@@ -86,10 +93,79 @@ fn offloaded_blocks_count_as_held_but_not_on_the_gpu() {
         .unwrap();
     m.removed(&id[2..], Medium::Gpu);
     let prompt = block_hashes(&salt(), &t, BS);
-    assert_eq!(m.matched(&prompt), MirrorMatch { gpu: 2, any: 4 });
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 2,
+            cpu: 2,
+            storage: 0
+        }
+    );
     assert_eq!(Medium::parse(Some("STORAGE")), Medium::Storage);
     assert_eq!(Medium::parse(Some("cpu")), Medium::Cpu);
     assert_eq!(Medium::parse(None), Medium::Gpu);
+}
+
+#[test]
+fn past_the_gpu_run_each_block_counts_by_its_fastest_copy_up_to_a_hole() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(9, 7);
+    let id = ids(0..9);
+    let prompt = block_hashes(&salt(), &t, BS);
+    // Blocks 0-1 on the GPU; 2 on the CPU; 3 on the GPU again (past the run); 4 in storage
+    // and on the CPU; 5 in storage only; 6 nowhere; 7-8 on the GPU beyond the hole.
+    m.stored(run(&id[..2], None, &t[..8], Medium::Gpu)).unwrap();
+    for (b, medium) in [
+        (2, Medium::Cpu),
+        (3, Medium::Gpu),
+        (4, Medium::Storage),
+        (4, Medium::Cpu),
+        (5, Medium::Storage),
+        (6, Medium::Gpu),
+        (7, Medium::Gpu),
+        (8, Medium::Gpu),
+    ] {
+        let r = run(
+            &id[b..b + 1],
+            Some(id[b - 1]),
+            &t[b * BS..(b + 1) * BS],
+            medium,
+        );
+        m.stored(r).unwrap();
+    }
+    m.removed(&id[6..7], Medium::Gpu);
+    let want = MirrorMatch {
+        gpu: 2,
+        cpu: 3,
+        storage: 1,
+    };
+    assert_eq!(
+        m.matched(&prompt),
+        want,
+        "the hole at block 6 ends the match"
+    );
+    // Storage only past the run, then the CPU copy goes: block 4 is priced as storage.
+    m.removed(&id[4..5], Medium::Cpu);
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 2,
+            cpu: 2,
+            storage: 2
+        }
+    );
+    // A prompt whose first block is offloaded has no GPU run at all.
+    m.removed(&id[..1], Medium::Gpu);
+    m.stored(run(&id[..1], None, &t[..4], Medium::Storage))
+        .unwrap();
+    assert_eq!(
+        m.matched(&prompt[..3]),
+        MirrorMatch {
+            gpu: 0,
+            cpu: 2,
+            storage: 1
+        }
+    );
 }
 
 #[test]
@@ -162,27 +238,31 @@ fn bytes_per_block_stay_bounded() {
 /// One operation of a random event stream.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Store blocks `[from, from + n)` of prompt `p`, the first with its parent when `from > 0`.
+    /// Store blocks `[from, from + n)` of prompt `p` in medium `m` (0 GPU, 1 CPU, 2 storage),
+    /// the first with its parent when `from > 0`.
     Store {
         p: usize,
         from: usize,
         n: usize,
-        cpu: bool,
+        m: usize,
     },
-    /// Remove one copy of block `b` of prompt `p`.
+    /// Remove one copy of block `b` of prompt `p` from medium `m`.
     Remove {
         p: usize,
         b: usize,
-        cpu: bool,
+        m: usize,
     },
     Clear,
 }
 
+/// The media a random operation picks from, by index.
+const MEDIA: [Medium; 3] = [Medium::Gpu, Medium::Cpu, Medium::Storage];
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..4usize, 0..6usize, 1..4usize, any::<bool>())
-            .prop_map(|(p, from, n, cpu)| Op::Store { p, from, n, cpu }),
-        4 => (0..4usize, 0..8usize, any::<bool>()).prop_map(|(p, b, cpu)| Op::Remove { p, b, cpu }),
+        6 => (0..4usize, 0..6usize, 1..4usize, 0..3usize)
+            .prop_map(|(p, from, n, m)| Op::Store { p, from, n, m }),
+        4 => (0..4usize, 0..8usize, 0..3usize).prop_map(|(p, b, m)| Op::Remove { p, b, m }),
         1 => Just(Op::Clear),
     ]
 }
@@ -206,11 +286,11 @@ proptest! {
         let mut m = EngineMirror::new(1_000);
         for o in ops {
             match o {
-                Op::Store { p, from, n, cpu } => {
+                Op::Store { p, from, n, m: mi } => {
                     let to = (from + n).min(BLOCKS);
                     let ids: Vec<EngineBlockId> = (from..to).map(|b| eid(p, b)).collect();
                     let parent = (from > 0).then(|| eid(p, from - 1));
-                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                    let medium = MEDIA[mi];
                     let parent_held = from == 0 || naive.iter().any(|(h, _)| *h == names[p][from - 1]);
                     let r = m.stored(run(&ids, parent, &prompts[p][from * BS..to * BS], medium));
                     prop_assert_eq!(r.is_ok(), parent_held);
@@ -220,8 +300,8 @@ proptest! {
                         }
                     }
                 }
-                Op::Remove { p, b, cpu } => {
-                    let medium = if cpu { Medium::Cpu } else { Medium::Gpu };
+                Op::Remove { p, b, m: mi } => {
+                    let medium = MEDIA[mi];
                     let unknown = m.removed(&[eid(p, b)], medium);
                     match naive.iter().position(|&(h, mi)| h == names[p][b] && mi == medium.index()) {
                         Some(i) => {
@@ -237,10 +317,13 @@ proptest! {
                 }
             }
             for prompt in &names {
-                let held = |h: &BlockHash, gpu: bool| naive.iter().any(|(x, mi)| x == h && (!gpu || *mi == 0));
-                let any = prompt.iter().take_while(|h| held(h, false)).count();
-                let gpu = prompt.iter().take_while(|h| held(h, true)).count();
-                prop_assert_eq!(m.matched(prompt), MirrorMatch { gpu, any });
+                // The fastest medium holding a copy of `h`, if any.
+                let fastest = |h: &BlockHash| naive.iter().filter(|(x, _)| x == h).map(|&(_, mi)| mi).min();
+                let any = prompt.iter().take_while(|h| fastest(h).is_some()).count();
+                let gpu = prompt.iter().take_while(|h| fastest(h) == Some(0)).count();
+                let storage = prompt[gpu..any].iter().filter(|h| fastest(h) == Some(2)).count();
+                let want = MirrorMatch { gpu, cpu: any - gpu - storage, storage };
+                prop_assert_eq!(m.matched(prompt), want);
             }
             let mut distinct: Vec<BlockHash> = naive.iter().map(|(h, _)| *h).collect();
             distinct.sort_by_key(|h| h.0);

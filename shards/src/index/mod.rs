@@ -10,6 +10,7 @@
 mod error;
 mod feed;
 mod hasher;
+mod held;
 mod mirror;
 #[cfg(test)]
 mod reference;
@@ -20,6 +21,7 @@ mod speculative;
 
 pub use error::IndexError;
 pub use feed::{apply_batch, engine_id, run_salt, BatchApplied};
+pub use held::HeldBlocks;
 pub use mirror::{
     EngineBlockId, EngineMirror, Medium, MirrorCounters, MirrorMatch, StoreRefused, StoredBlocks,
 };

@@ -17,9 +17,10 @@
 
 use super::error::IndexError;
 use super::feed::{apply_batch, BatchApplied};
+use super::held::HeldBlocks;
 use super::mirror::EngineMirror;
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
-use super::reply::{Gather, LookupReply, PartSender, StatsReply};
+use super::reply::{Gather, LookupPart, LookupReply, PartSender, StatsReply};
 use super::speculative::{Speculative, SpeculativeCounters, SPECULATIVE_TTL};
 use crate::prefix_hash::BlockHash;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -129,7 +130,7 @@ enum Command {
         prompt: Arc<[BlockHash]>,
         /// (position in the caller's list, replica key).
         replicas: Vec<(u32, u64)>,
-        reply: PartSender<Vec<(u32, u32)>>,
+        reply: PartSender<LookupPart>,
     },
     Record {
         replica: u64,
@@ -213,10 +214,12 @@ impl IndexShards {
         self.senders.len()
     }
 
-    /// Asks, for each of `replicas`, how many leading blocks of `prompt` it holds (unknown
-    /// replicas hold none). Never waits: each involved shard gets one queued request, or the
-    /// call fails with the first shard that was full or stopped. The reply lists the answers in
-    /// the order of `replicas`.
+    /// Asks, for each of `replicas`, how many leading blocks of `prompt` it holds, by tier
+    /// ([`HeldBlocks`]: a replica answered by its event mirror splits GPU, CPU and storage
+    /// blocks; one answered by its routing records holds everything on the GPU; unknown replicas
+    /// hold none). Never waits: each involved shard gets one queued request, or the call fails
+    /// with the first shard that was full or stopped. The reply lists the answers in the order
+    /// of `replicas`.
     pub fn lookup(
         &self,
         prompt: Arc<[BlockHash]>,
@@ -415,8 +418,10 @@ struct Exact {
 }
 
 impl Replica {
-    /// How many leading blocks of `prompt` the replica holds, by the view its mode names.
-    fn held(&mut self, prompt: &[crate::prefix_hash::BlockHash], now: Instant) -> usize {
+    /// How many leading blocks of `prompt` the replica holds, by the view its mode names: in
+    /// exact mode the mirror's split by tier, speculative entries counting as GPU-held; else the
+    /// routing records', all on the GPU.
+    fn held(&mut self, prompt: &[BlockHash], now: Instant) -> HeldBlocks {
         match &mut self.exact {
             Some(Exact {
                 mirror,
@@ -425,12 +430,12 @@ impl Replica {
                 ..
             }) => {
                 speculative.expire(now, |b| mirror.holds_gpu(b));
-                prompt
-                    .iter()
-                    .take_while(|h| mirror.holds_gpu(h) || speculative.contains(h))
-                    .count()
+                if speculative.is_empty() {
+                    return mirror.matched(prompt).into();
+                }
+                exact_held(mirror, speculative, prompt)
             }
-            _ => self.blocks.matched_prefix(prompt),
+            _ => HeldBlocks::on_gpu(self.blocks.matched_prefix(prompt)),
         }
     }
 
@@ -441,6 +446,37 @@ impl Replica {
             Some(_) => IndexMode::Unsynced,
         }
     }
+}
+
+/// [`EngineMirror::matched`] with `speculative`'s blocks counted as held on the GPU: the run of
+/// blocks on the GPU or speculative, then up to the first block held nowhere, each by its
+/// fastest copy (a speculative block past the run counts as the CPU's, as a GPU copy does).
+fn exact_held(
+    mirror: &EngineMirror,
+    speculative: &Speculative,
+    prompt: &[BlockHash],
+) -> HeldBlocks {
+    let gpu = prompt
+        .iter()
+        .take_while(|h| mirror.holds_gpu(h) || speculative.contains(h))
+        .count();
+    let mut held = HeldBlocks::on_gpu(gpu);
+    for h in &prompt[gpu..] {
+        if speculative.contains(h) {
+            held.cpu = held.cpu.saturating_add(1);
+            continue;
+        }
+        // One block's own answer: which medium its fastest copy is in, if any.
+        let one = mirror.matched(std::slice::from_ref(h));
+        if one.gpu + one.cpu > 0 {
+            held.cpu = held.cpu.saturating_add(1);
+        } else if one.storage > 0 {
+            held.storage = held.storage.saturating_add(1);
+        } else {
+            break;
+        }
+    }
+    held
 }
 
 /// A shard thread: applies commands in queue order until every sender is gone.
@@ -495,8 +531,8 @@ impl Shard {
                         let held = self
                             .replicas
                             .get_mut(&key)
-                            .map_or(0, |r| r.held(&prompt, now));
-                        (position, held.min(u32::MAX as usize) as u32)
+                            .map_or_else(HeldBlocks::default, |r| r.held(&prompt, now));
+                        (position, held)
                     })
                     .collect();
                 reply.send(answers);
