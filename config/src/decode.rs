@@ -96,6 +96,8 @@ const COST_MODEL_KEYS: &[&str] = &[
     "prefill_pair_secs",
     "prefill_fixed_secs",
     "decode_interference_secs",
+    "cpu_load_token_secs",
+    "storage_load_token_secs",
 ];
 const PREFIX_HASH_KEYS: &[&str] = &["blocks"];
 const KV_AWARE_KEYS: &[&str] = &["cache_weight", "load_weight"];
@@ -563,6 +565,12 @@ impl Decoder {
                 self,
                 "decode_interference_secs",
                 def.decode_interference_secs,
+            ),
+            cpu_load_token_secs: coefficient(self, "cpu_load_token_secs", def.cpu_load_token_secs),
+            storage_load_token_secs: coefficient(
+                self,
+                "storage_load_token_secs",
+                def.storage_load_token_secs,
             ),
         }
     }
@@ -1374,10 +1382,44 @@ replicas: [{id: r, url: 'http://a:1', models: [m, k, n]}]
         assert_eq!(
             errs("models: [{name: m, cost_model: {prefill_pair_secs: -1e-9, alpha: 1}}, {name: n, cost_model: 3}]\nreplicas: [{id: r, url: 'http://a:1', models: [m, n]}]\n"),
             [
-                "models[0].cost_model.alpha: unknown key; expected one of: prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs",
+                "models[0].cost_model.alpha: unknown key; expected one of: prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs, cpu_load_token_secs, storage_load_token_secs",
                 "models[0].cost_model.prefill_pair_secs: must not be negative (got -1e-9)",
-                "models[1].cost_model: expected a mapping with keys prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs (got 3)",
+                "models[1].cost_model: expected a mapping with keys prefill_token_secs, prefill_pair_secs, prefill_fixed_secs, decode_interference_secs, cpu_load_token_secs, storage_load_token_secs (got 3)",
             ]
+        );
+    }
+
+    #[test]
+    fn tier_load_coefficients_decode_and_refuse_negatives_with_their_paths() {
+        let config = ok("\
+models:
+  - {name: m, cost_model: {cpu_load_token_secs: 2.0e-6, storage_load_token_secs: 0}}
+replicas: [{id: r, url: 'http://a:1', models: [m]}]
+routing: {cost_model: {storage_load_token_secs: 1.0e-4}}
+");
+        let model = config.models[0].cost_model.unwrap_or_default();
+        assert_eq!(
+            (model.cpu_load_token_secs, model.storage_load_token_secs),
+            (2e-6, 0.0)
+        );
+        let routing = config.routing.cost_model;
+        assert_eq!(
+            (routing.cpu_load_token_secs, routing.storage_load_token_secs),
+            (CostModelParams::default().cpu_load_token_secs, 1e-4),
+            "a key left out takes its default"
+        );
+        assert_eq!(
+            errs(&minimal_with(
+                "routing: {cost_model: {cpu_load_token_secs: -1e-6, storage_load_token_secs: fast}}\n"
+            )),
+            [
+                "routing.cost_model.cpu_load_token_secs: must not be negative (got -1e-6)",
+                "routing.cost_model.storage_load_token_secs: expected a number (got \"fast\")",
+            ]
+        );
+        assert_eq!(
+            errs("models: [{name: m, cost_model: {storage_load_token_secs: -2}}]\nreplicas: [{id: r, url: 'http://a:1', models: [m]}]\n"),
+            ["models[0].cost_model.storage_load_token_secs: must not be negative (got -2)"]
         );
     }
 

@@ -207,6 +207,8 @@ mod tests {
         assert_eq!(routing.cost_model.prefill_token_secs, 0.0001);
         assert_eq!(routing.cost_model.prefill_pair_secs, 3.3e-9);
         assert_eq!(routing.cost_model.prefill_fixed_secs, 0.005);
+        assert_eq!(routing.cost_model.cpu_load_token_secs, 5e-6);
+        assert_eq!(routing.cost_model.storage_load_token_secs, 2.5e-5);
 
         let health = &config.health;
         assert_eq!(health.interval, Duration::from_secs(1));
@@ -340,6 +342,8 @@ mod tests {
             "prefill_token_secs:",
             "prefill_pair_secs:",
             "prefill_fixed_secs:",
+            "cpu_load_token_secs:",
+            "storage_load_token_secs:",
             "interval:",
             "timeout:",
             "unhealthy_threshold:",

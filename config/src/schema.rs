@@ -383,7 +383,8 @@ impl Default for Routing {
     }
 }
 
-/// Prefill time `P(u, c) = a*u + b*u*(c + u/2) + d` for `u` tokens to compute and `c` cached:
+/// Prefill time `P(u, c) = a*u + b*u*(c + u/2) + d` for `u` tokens to compute and `c` cached,
+/// and the tier term `X`, the time to load cached tokens an engine holds in an offload tier:
 /// the cost model's coefficients, read from `routing.cost_model` or a model's own `cost_model`,
 /// priced by the routing brain and written by `inferrail calibrate`. Serializes to (and
 /// deserializes from) exactly the keys of the config's `cost_model` section; keys left out take
@@ -400,6 +401,15 @@ pub struct CostModelParams {
     /// Seconds a replica's prefill is delayed per request it is running (decode steps share
     /// the batch). Default 0.0003, >= 0.
     pub decode_interference_secs: f64,
+    /// Seconds to load one cached token's KV from the engine's CPU (host memory) offload tier
+    /// instead of recomputing it. Default 5e-6, >= 0: 128 KiB of KV per token (Llama-3.1-8B,
+    /// bf16: 2 * 32 layers * 8 KV heads * 128 * 2 bytes) over PCIe 4.0 x16 at ~25 GB/s. Scale
+    /// it by your model's KV bytes per token and your link's bandwidth; 0 prices the tier free.
+    pub cpu_load_token_secs: f64,
+    /// Seconds to load one cached token's KV from a slower offload tier (local disk, a shared
+    /// file system or object store). Default 2.5e-5, >= 0: the same 128 KiB per token from
+    /// NVMe at ~5 GB/s; a networked store is slower still.
+    pub storage_load_token_secs: f64,
 }
 
 impl Default for CostModelParams {
@@ -409,6 +419,8 @@ impl Default for CostModelParams {
             prefill_pair_secs: 3.3e-9,
             prefill_fixed_secs: 0.005,
             decode_interference_secs: 0.0003,
+            cpu_load_token_secs: 5e-6,
+            storage_load_token_secs: 2.5e-5,
         }
     }
 }
@@ -421,6 +433,14 @@ impl CostModelParams {
         self.prefill_token_secs * u
             + self.prefill_pair_secs * u * (c + u / 2.0)
             + self.prefill_fixed_secs
+    }
+
+    /// `X`: seconds to load `cpu` cached tokens from the CPU tier and `storage` from a slower
+    /// one (`cpu_load_token_secs * cpu + storage_load_token_secs * storage`). Never negative
+    /// for valid coefficients; 0 when nothing is offloaded.
+    pub fn tier_secs(&self, cpu: u32, storage: u32) -> f64 {
+        self.cpu_load_token_secs * f64::from(cpu)
+            + self.storage_load_token_secs * f64::from(storage)
     }
 }
 
@@ -616,6 +636,8 @@ mod cost_model_serde {
             prefill_pair_secs: 1.25e-8,
             prefill_fixed_secs: 0.0,
             decode_interference_secs: 0.002,
+            cpu_load_token_secs: 1e-6,
+            storage_load_token_secs: 0.0,
         };
         let yaml = serde_yaml::to_string(&p).unwrap();
         let indented: String = yaml.lines().map(|l| format!("    {l}\n")).collect();
@@ -635,6 +657,17 @@ mod cost_model_serde {
             }
         );
         assert!(serde_yaml::from_str::<CostModelParams>("prefill_secs: 1").is_err());
+        let tiers = CostModelParams {
+            cpu_load_token_secs: 2e-6,
+            storage_load_token_secs: 3e-5,
+            ..CostModelParams::default()
+        };
+        assert!((tiers.tier_secs(100, 10) - (2e-4 + 3e-4)).abs() < 1e-15);
+        assert_eq!(
+            tiers.tier_secs(0, 0),
+            0.0,
+            "nothing offloaded, nothing to load"
+        );
         assert_eq!(p.prefill_secs(0, 0), 0.0);
         let d = CostModelParams::default();
         assert!(

@@ -76,9 +76,9 @@ fn wait_held(index: &IndexShards, chain: &Arc<[BlockHash]>, since: Instant) -> O
                 }
                 std::thread::yield_now();
             };
-            if let Some(&held) = answer.ok().as_ref().and_then(|a| a.first()) {
-                if held > 0 {
-                    return Some(held);
+            if let Some(held) = answer.ok().as_ref().and_then(|a| a.first()) {
+                if held.total() > 0 {
+                    return Some(held.total());
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! Cache predictions on the request path. The prompt is tokenized and cut into block hashes on
 //! the tokenizer pool (never on a data core); the index shards answer how many leading blocks each
-//! candidate replica holds; the routed attempt is recorded on its replica, and taken back when the
+//! candidate replica holds, by tier (GPU, CPU, storage); the routed attempt is recorded on its replica, and taken back when the
 //! engine refuses it or fails before answering.
 //!
 //! One deadline covers a request's whole prediction: it is `tokenizer.max_wait` after the request
@@ -10,8 +10,9 @@
 //! the snapshot it routes with ([`PredictionLimits`]), so a live config change applies to the
 //! next request.
 
+use inferrail_routing::offer::HeldTokens;
 use inferrail_routing::PromptView;
-use inferrail_shards::index::{IndexShards, RecordTicket};
+use inferrail_shards::index::{HeldBlocks, IndexShards, RecordTicket};
 use inferrail_shards::pool::{Job, WorkerPool};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use inferrail_shards::tokenize::{Endpoint, ModelTokenizer};
@@ -70,11 +71,28 @@ impl PromptFacts {
     /// Tokens the engine will find cached when `blocks` leading blocks are in its prefix cache:
     /// never the whole prompt (an engine always computes the last token).
     pub fn cached_tokens(&self, blocks: usize) -> u32 {
+        self.held_tokens(HeldBlocks::on_gpu(blocks)).cached()
+    }
+
+    /// The tokens, by tier, the engine will not recompute when it holds `held` leading blocks:
+    /// never the whole prompt (an engine always computes the last token). When the cap takes a
+    /// block off, it comes off the slowest tier held (the counts do not say which tier the
+    /// last block is in; at most one block's load time is misjudged, on a fully held prompt).
+    pub fn held_tokens(&self, held: HeldBlocks) -> HeldTokens {
         if self.tokens == 0 || self.block_size == 0 {
-            return 0;
+            return HeldTokens::default();
         }
-        let most = (self.tokens - 1) / self.block_size;
-        (blocks.min(most as usize) as u32) * self.block_size
+        let mut room = (self.tokens - 1) / self.block_size;
+        let mut take = |blocks: u32| {
+            let b = blocks.min(room);
+            room -= b;
+            b * self.block_size
+        };
+        HeldTokens {
+            gpu: take(held.gpu),
+            cpu: take(held.cpu),
+            storage: take(held.storage),
+        }
     }
 }
 
@@ -270,9 +288,13 @@ impl Predictor {
     }
 
     /// [`held_blocks`](Self::held_blocks), waiting on the calling thread (for the admin).
-    pub fn held_blocks_now(&self, facts: &PromptFacts, replicas: &[u64]) -> Option<Vec<usize>> {
+    pub fn held_blocks_now(
+        &self,
+        facts: &PromptFacts,
+        replicas: &[u64],
+    ) -> Option<Vec<HeldBlocks>> {
         if facts.hashes.is_empty() {
-            return Some(vec![0; replicas.len()]);
+            return Some(vec![HeldBlocks::default(); replicas.len()]);
         }
         self.index
             .lookup(facts.hashes.clone(), replicas)
@@ -281,8 +303,8 @@ impl Predictor {
             .ok()
     }
 
-    /// How many leading blocks of the prompt each of `replicas` (registry keys) holds, by the
-    /// same budget's deadline as the tokens: `Err("timeout")` when it passes (at once when it
+    /// How many leading blocks of the prompt each of `replicas` (registry keys) holds, by tier
+    /// ([`HeldBlocks`]), by the same budget's deadline as the tokens: `Err("timeout")` when it passes (at once when it
     /// already has), `Err("index_busy")` when the index's queue is full or its shard stopped
     /// (then no prediction is made).
     pub async fn held_blocks(
@@ -290,9 +312,9 @@ impl Predictor {
         facts: &PromptFacts,
         replicas: &[u64],
         budget: &Budget,
-    ) -> Result<Vec<usize>, NoPrediction> {
+    ) -> Result<Vec<HeldBlocks>, NoPrediction> {
         if facts.hashes.is_empty() {
-            return Ok(vec![0; replicas.len()]);
+            return Ok(vec![HeldBlocks::default(); replicas.len()]);
         }
         if budget.left(Instant::now()).is_none() {
             return Err("timeout");
@@ -466,7 +488,13 @@ mod tests {
         let pooled = pooled.unwrap();
         assert_eq!(pooled.hashes, facts.hashes, "the pool and the core agree");
         let held = block_on(p.held_blocks(&pooled, &[1, 2], &generous)).unwrap();
-        assert_eq!(held, [facts.hashes.len(), 0]);
+        assert_eq!(
+            held,
+            [
+                HeldBlocks::on_gpu(facts.hashes.len()),
+                HeldBlocks::default()
+            ]
+        );
         // Unknown models have no tokenizer, whatever the budget.
         let none = block_on(p.prompt("other", Endpoint::Completion, BODY, &generous)).facts;
         assert_eq!(none.unwrap_err(), "no_tokenizer");
@@ -488,5 +516,28 @@ mod tests {
         assert_eq!(f(65).cached_tokens(9), 64);
         assert_eq!(f(10).cached_tokens(0), 0);
         assert_eq!(f(0).cached_tokens(3), 0);
+    }
+
+    #[test]
+    fn held_tokens_keep_each_tier_and_the_cap_comes_off_the_slowest() {
+        let f = |tokens| PromptFacts {
+            tokens,
+            hashes: Arc::from(Vec::new()),
+            block_size: 16,
+        };
+        let blocks = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
+        let tokens = |gpu, cpu, storage| HeldTokens { gpu, cpu, storage };
+        // 100 tokens: six full blocks, all of them may be cached.
+        assert_eq!(f(100).held_tokens(blocks(2, 3, 1)), tokens(32, 48, 16));
+        // 96 tokens: the sixth block holds the last token, so five are cached at most.
+        assert_eq!(f(96).held_tokens(blocks(2, 3, 1)), tokens(32, 48, 0));
+        assert_eq!(f(96).held_tokens(blocks(5, 1, 0)), tokens(80, 0, 0));
+        assert_eq!(f(96).held_tokens(blocks(0, 6, 0)), tokens(0, 80, 0));
+        assert_eq!(f(0).held_tokens(blocks(1, 1, 1)), HeldTokens::default());
+        // The GPU-only form is cached_tokens.
+        assert_eq!(
+            f(96).cached_tokens(6),
+            f(96).held_tokens(blocks(6, 0, 0)).gpu
+        );
     }
 }

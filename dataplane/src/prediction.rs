@@ -6,16 +6,17 @@ use crate::core_state::{CoreContext, CoreView};
 use crate::observe::{DecisionRecord, ShadowJob};
 use crate::predict::{Budget, Predictor, PromptFacts};
 use crate::request::ProxyRequest;
-use inferrail_routing::{BrainParams, Candidate, FleetFacts, RouteInput};
+use inferrail_routing::offer::{self, HeldTokens};
+use inferrail_routing::{BrainParams, Candidate, CostModelParams, FleetFacts, RouteInput};
 use inferrail_shards::index::RecordTicket;
 use std::time::{Duration, Instant};
 
 /// A request's cache prediction: its prompt facts and, indexed by the view's snapshot replica
-/// index (empty without a prediction), the tokens each replica is predicted to hold cached.
+/// index (empty without a prediction), the tokens each replica is predicted to hold, by tier.
 pub(crate) struct Prediction {
     /// The prompt's tokens and block hashes, when it was tokenized.
     pub(crate) facts: Option<PromptFacts>,
-    cached: Vec<Option<u32>>,
+    cached: Vec<Option<HeldTokens>>,
 }
 
 impl Prediction {
@@ -91,7 +92,7 @@ impl Prediction {
         stats.result("predicted");
         let mut cached = vec![None; view.snap.replicas.len()];
         for (&i, blocks) in model.replicas.iter().zip(held) {
-            cached[i] = Some(facts.cached_tokens(blocks));
+            cached[i] = Some(facts.held_tokens(blocks));
         }
         Prediction {
             facts: Some(facts),
@@ -99,7 +100,12 @@ impl Prediction {
         }
     }
 
+    /// The tokens `replica` is predicted not to recompute (every tier), if predicted.
     pub(crate) fn cached_on(&self, replica: usize) -> Option<u32> {
+        self.held_on(replica).map(|h| h.cached())
+    }
+
+    fn held_on(&self, replica: usize) -> Option<HeldTokens> {
         self.cached.get(replica).copied().flatten()
     }
 
@@ -121,11 +127,10 @@ impl Prediction {
         }
     }
 
-    /// Puts the predicted cached tokens on each candidate.
-    pub(crate) fn annotate(&self, candidates: &mut [Candidate]) {
-        for c in candidates {
-            c.cached_tokens = self.cached_on(c.replica);
-        }
+    /// Puts the predicted cached tokens on each candidate and prices their offloaded part at
+    /// `cost`'s load rates ([`offer::annotate`]).
+    pub(crate) fn annotate(&self, candidates: &mut [Candidate], cost: &CostModelParams) {
+        offer::annotate(candidates, cost, |r| self.held_on(r));
     }
 
     /// The response headers' prompt and predicted cached tokens for `replica`.

@@ -417,13 +417,13 @@ fn route(
         rows,
     } = ctx.take_route_bufs();
     view.candidates_into(&mut candidates, req.model, ex.tried(), now, fleet_now);
-    prediction.annotate(&mut candidates);
+    let params = &view.snap.models[req.model].brain;
+    prediction.annotate(&mut candidates, &params.cost);
     if candidates.is_empty() {
         ctx.put_route_bufs(RouteBufs { candidates, rows });
         no_candidate(view, req.model, ex, queued, now, fleet_now);
         return None;
     }
-    let params = &view.snap.models[req.model].brain;
     let input = prediction.input(req, params, &ctx.fleet, fleet_now);
     let decision =
         ctx.with_rng(|rng| view.choose(req.model, req.arm, &input, &candidates, rng, rows));

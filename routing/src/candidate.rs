@@ -17,11 +17,13 @@ pub struct Candidate {
     pub prompt_tokens: u64,
     /// The engine's own load, when its report is younger than `load.max_age`.
     pub engine: Option<EngineView>,
-    /// Prompt tokens predicted to be in the replica's prefix cache, when a prediction was made.
+    /// Prompt tokens the replica is predicted not to recompute, when a prediction was made: those
+    /// in its prefix cache and those its engine holds in an offload tier (CPU, storage).
     pub cached_tokens: Option<u32>,
     /// Prefill the gateway has queued on it that has not drained yet, in seconds.
     pub queued_prefill_secs: f64,
-    /// Seconds to load its cached tokens from slower tiers (0 until tiers are tracked).
+    /// Seconds to load the offloaded part of `cached_tokens` back from its tiers (the cost
+    /// model's `X`; 0 when nothing is offloaded or the replica has no KV events).
     pub tier_secs: f64,
 }
 

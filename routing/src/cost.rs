@@ -9,7 +9,7 @@ pub struct Estimate {
     pub queue: f64,
     /// `P(u, c)`: this prompt's own prefill there.
     pub prefill: f64,
-    /// `X`: loading its cached tokens from slower tiers (0 until tiers are tracked).
+    /// `X`: loading its offloaded cached tokens back from the CPU and storage tiers.
     pub tier: f64,
 }
 

@@ -4,6 +4,7 @@
 //! assembles a candidate its own way.
 
 use crate::candidate::{Candidate, EngineView};
+use inferrail_config::CostModelParams;
 use std::time::Duration;
 
 /// The gateway's own count of a replica's load when the candidate is built.
@@ -34,7 +35,7 @@ pub struct EngineReading {
 
 /// The candidate for the replica at `index` (registry `key`): the gateway's `load`, and the
 /// engine's report while it is at most `max_age` old (an older one is ignored). No cache
-/// prediction yet (see [`annotate`]) and no tier cost (0 until tiers are tracked).
+/// prediction yet and no tier cost (both come with [`annotate`]).
 pub fn candidate(
     index: usize,
     key: u64,
@@ -63,11 +64,49 @@ pub fn candidate(
     }
 }
 
-/// Puts the predicted cached tokens on each candidate: `cached(replica index)`, `None` when no
-/// prediction was made for that replica.
-pub fn annotate(candidates: &mut [Candidate], cached: impl Fn(usize) -> Option<u32>) {
+/// The leading tokens of a prompt a replica holds, by the tier its engine gets each from. The
+/// engine recomputes none of them: GPU tokens are in its prefix cache, and vLLM's offloading
+/// connector loads CPU and storage tokens back instead of computing them again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldTokens {
+    /// Tokens in the engine's own (GPU) cache.
+    pub gpu: u32,
+    /// Tokens loaded from host memory.
+    pub cpu: u32,
+    /// Tokens loaded from a slower tier.
+    pub storage: u32,
+}
+
+impl HeldTokens {
+    /// `tokens` held on the GPU, none offloaded (the approximate index's only answer).
+    pub fn on_gpu(tokens: u32) -> HeldTokens {
+        HeldTokens {
+            gpu: tokens,
+            ..HeldTokens::default()
+        }
+    }
+
+    /// Every held token, whatever its tier: what the engine will not recompute (saturating).
+    pub fn cached(&self) -> u32 {
+        self.gpu
+            .saturating_add(self.cpu)
+            .saturating_add(self.storage)
+    }
+}
+
+/// Puts each replica's prediction on its candidate: `held(replica index)`, `None` when no
+/// prediction was made for that replica. A candidate gets `cached_tokens` = every held token
+/// ([`HeldTokens::cached`]) and `tier_secs` = the time to load its offloaded ones at `cost`'s
+/// per-token rates ([`CostModelParams::tier_secs`]); without a prediction, `None` and 0.
+pub fn annotate(
+    candidates: &mut [Candidate],
+    cost: &CostModelParams,
+    held: impl Fn(usize) -> Option<HeldTokens>,
+) {
     for c in candidates {
-        c.cached_tokens = cached(c.replica);
+        let h = held(c.replica);
+        c.cached_tokens = h.map(|h| h.cached());
+        c.tier_secs = h.map_or(0.0, |h| cost.tier_secs(h.cpu, h.storage));
     }
 }
 
@@ -132,13 +171,38 @@ mod tests {
     }
 
     #[test]
-    fn annotate_sets_each_replicas_prediction() {
-        let mut c: Vec<Candidate> = [2usize, 0, 5]
+    fn annotate_sets_each_replicas_prediction_and_prices_its_offloaded_tokens() {
+        let mut c: Vec<Candidate> = [2usize, 0, 5, 7]
             .iter()
             .map(|&i| candidate(i, i as u64, load(), None, Duration::ZERO))
             .collect();
-        annotate(&mut c, |r| (r != 0).then_some(r as u32 * 16));
+        let cost = CostModelParams {
+            cpu_load_token_secs: 1e-6,
+            storage_load_token_secs: 1e-5,
+            ..CostModelParams::default()
+        };
+        annotate(&mut c, &cost, |r| match r {
+            2 => Some(HeldTokens::on_gpu(32)),
+            5 => Some(HeldTokens {
+                gpu: 16,
+                cpu: 48,
+                storage: 16,
+            }),
+            7 => Some(HeldTokens {
+                gpu: u32::MAX,
+                cpu: 1,
+                storage: 0,
+            }),
+            _ => None,
+        });
         let got: Vec<Option<u32>> = c.iter().map(|c| c.cached_tokens).collect();
-        assert_eq!(got, vec![Some(32), None, Some(80)]);
+        assert_eq!(got, vec![Some(32), None, Some(80), Some(u32::MAX)]);
+        assert_eq!((c[0].tier_secs, c[1].tier_secs), (0.0, 0.0));
+        assert!((c[2].tier_secs - (48.0 * 1e-6 + 16.0 * 1e-5)).abs() < 1e-15);
+        // A second annotation replaces the first, tier cost included.
+        annotate(&mut c, &cost, |_| None);
+        assert!(c
+            .iter()
+            .all(|c| c.cached_tokens.is_none() && c.tier_secs == 0.0));
     }
 }

@@ -20,7 +20,7 @@ mod timing;
 use counting::ALLOCATED;
 use timing::{percentiles, report, Rng};
 
-use inferrail_shards::index::{IndexConfig, IndexShards, LookupReply, ReplicaBlocks};
+use inferrail_shards::index::{HeldBlocks, IndexConfig, IndexShards, LookupReply, ReplicaBlocks};
 use inferrail_shards::prefix_hash::{block_hashes, BlockHash, HashSalt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -151,7 +151,8 @@ fn bench_shards(salt: &HashSalt, prompt: &Arc<[BlockHash]>) {
         let check = index
             .lookup(Arc::clone(prompt), &keys)
             .and_then(LookupReply::wait);
-        assert_eq!(check.ok(), Some(held.clone()));
+        let want: Vec<HeldBlocks> = held.iter().map(|&n| HeldBlocks::on_gpu(n)).collect();
+        assert_eq!(check.ok(), Some(want));
         let reps = 20_000;
         let mut samples = Vec::with_capacity(reps);
         for _ in 0..reps {

@@ -711,9 +711,9 @@ impl FleetSim {
             })
             .collect();
         let replicas = &self.replicas;
-        offer::annotate(&mut candidates, |i| {
+        offer::annotate(&mut candidates, &self.params.cost, |i| {
             let held = replicas.get(i)?.blocks.matched_prefix(&facts.hashes);
-            Some(facts.cached_tokens(held))
+            Some(offer::HeldTokens::on_gpu(facts.cached_tokens(held)))
         });
         let input = RouteInput {
             prompt: Some(facts.view()),

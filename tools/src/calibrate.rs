@@ -727,8 +727,9 @@ impl Report {
 
 impl Report {
     /// The fitted cost model: `a`, `b` and `d` from the fit, to five significant digits (the
-    /// fit is not finer, and the fragment stays readable); `decode_interference_secs`, which
-    /// calibration does not measure, at its default (what the config uses when it is left out).
+    /// fit is not finer, and the fragment stays readable); `decode_interference_secs` and the
+    /// tier load rates (`cpu_load_token_secs`, `storage_load_token_secs`), which calibration
+    /// does not measure, at their defaults (what the config uses when they are left out).
     pub fn cost_model(&self) -> CostModelParams {
         CostModelParams {
             prefill_token_secs: five_digits(self.prefill_token_secs),
@@ -753,8 +754,7 @@ fn five_digits(v: f64) -> f64 {
 /// exactly those coefficients.
 pub fn fragment(r: &Report, model: Option<&str>) -> String {
     use serde_yaml::{Mapping, Value};
-    let cost =
-        serde_yaml::to_value(r.cost_model()).expect("a struct of four floats always serializes");
+    let cost = serde_yaml::to_value(r.cost_model()).expect("a struct of floats always serializes");
     let mut section = Mapping::new();
     match model {
         Some(name) => {
@@ -773,7 +773,7 @@ pub fn fragment(r: &Report, model: Option<&str>) -> String {
     let yaml = serde_yaml::to_string(&section).expect("a mapping of strings and floats serializes");
     format!(
         "# inferrail calibrate --url {}: {} probes of {}; RMS residual {:.3} ms, worst relative error {:.2}%\n\
-         # decode_interference_secs is not measured by calibrate: the default.\n{yaml}",
+         # decode_interference_secs and the tier load rates are not measured by calibrate: the defaults.\n{yaml}",
         r.url,
         r.rows.len(),
         r.model,

@@ -94,10 +94,12 @@ pub fn explain(
                 let mut cached = vec![None; snap.replicas.len()];
                 for (c, blocks) in candidates.iter().zip(held) {
                     if let Some(slot) = cached.get_mut(c.replica) {
-                        *slot = Some(f.cached_tokens(blocks));
+                        *slot = Some(f.held_tokens(blocks));
                     }
                 }
-                offer::annotate(&mut candidates, |r| cached.get(r).copied().flatten());
+                offer::annotate(&mut candidates, &entry.brain.cost, |r| {
+                    cached.get(r).copied().flatten()
+                });
             }
             None => prediction = "index_busy",
         }

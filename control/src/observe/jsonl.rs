@@ -234,6 +234,8 @@ pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
             "prefill_pair_secs": p.cost.prefill_pair_secs,
             "prefill_fixed_secs": p.cost.prefill_fixed_secs,
             "decode_interference_secs": p.cost.decode_interference_secs,
+            "cpu_load_token_secs": p.cost.cpu_load_token_secs,
+            "storage_load_token_secs": p.cost.storage_load_token_secs,
             "cache_weight": p.cache_weight,
             "load_weight": p.load_weight,
             "prefix_blocks": p.prefix_blocks,
@@ -257,6 +259,7 @@ pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
             .and_then(Value::as_u64)
             .and_then(|x| u32::try_from(x).ok())
     };
+    let def = CostModelParams::default();
     let params = BrainParams {
         epsilon: f("epsilon")?,
         bounded_load_floor: match p.get("bounded_load_floor") {
@@ -270,6 +273,11 @@ pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
             prefill_pair_secs: f("prefill_pair_secs")?,
             prefill_fixed_secs: f("prefill_fixed_secs")?,
             decode_interference_secs: f("decode_interference_secs")?,
+            // Lines written before the tier rates existed lack them; their candidates' tier
+            // cost (always 0 then) is logged on each candidate, so any rate reproduces them.
+            cpu_load_token_secs: f("cpu_load_token_secs").unwrap_or(def.cpu_load_token_secs),
+            storage_load_token_secs: f("storage_load_token_secs")
+                .unwrap_or(def.storage_load_token_secs),
         },
         cache_weight: f("cache_weight")?,
         load_weight: f("load_weight")?,
@@ -372,6 +380,41 @@ mod tests {
             assert_eq!(read.params, inputs(floor).params);
             assert_eq!(read.approx_tokens, 10);
         }
+    }
+
+    #[test]
+    fn tier_rates_round_trip_and_old_lines_read_as_the_defaults() {
+        let mut i = inputs(8);
+        i.params.cost.cpu_load_token_secs = 1.5e-6;
+        i.params.cost.storage_load_token_secs = 0.0;
+        let written = inputs_json(&i);
+        let read = inputs_from_json(&written).expect("reads back");
+        assert_eq!(read.params.cost, i.params.cost);
+        let mut old = written;
+        let params = old["params"].as_object_mut().expect("params object");
+        params.remove("cpu_load_token_secs");
+        params.remove("storage_load_token_secs");
+        let read = inputs_from_json(&old).expect("an old line stays readable");
+        let def = CostModelParams::default();
+        assert_eq!(
+            (
+                read.params.cost.cpu_load_token_secs,
+                read.params.cost.storage_load_token_secs
+            ),
+            (def.cpu_load_token_secs, def.storage_load_token_secs)
+        );
+    }
+
+    #[test]
+    fn a_candidates_cache_and_tier_cost_round_trip() {
+        let snap = super::test_support::snapshot(1);
+        let c = Candidate {
+            cached_tokens: Some(480),
+            tier_secs: 0.0024,
+            ..super::test_support::cand(2, 3, 1)
+        };
+        let (read, id) = candidate_from_json(&candidate_json(&c, &snap)).expect("reads back");
+        assert_eq!((read, id.as_str()), (c, "r2"));
     }
 
     #[test]

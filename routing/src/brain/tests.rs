@@ -87,6 +87,70 @@ fn a_cached_replica_behind_a_long_queue_loses_then_wins() {
     assert_eq!((d.winner, d.decided_by), (0, Term::Prefill));
 }
 
+/// Offloaded tokens are cached (not recomputed) but priced by their load time: a replica with
+/// the prompt on the CPU beats a cold one while loading is cheaper than the prefill it saves,
+/// loses to one holding it on the GPU at equal load, and loses to the cold one once loading
+/// costs more than that prefill.
+#[test]
+fn offloaded_tokens_are_priced_by_their_load_time() {
+    use crate::offer::{self, HeldTokens};
+    let params = BrainParams::default();
+    let h = hashes(262, 9);
+    let prompt = PromptView {
+        tokens: 4200,
+        hashes: &h,
+        block_size: 16,
+    };
+    let i = input(Some(prompt), &params, fleet());
+    let on_cpu = HeldTokens {
+        gpu: 0,
+        cpu: 4000,
+        storage: 0,
+    };
+    let candidates = |cost: &inferrail_config::CostModelParams, held: [Option<HeldTokens>; 2]| {
+        let mut c: Vec<Candidate> = (0..2)
+            .map(|r| {
+                let load = offer::LoadReading::default();
+                offer::candidate(r, r as u64 + 1, load, None, Duration::ZERO)
+            })
+            .collect();
+        offer::annotate(&mut c, cost, |r| held[r]);
+        c
+    };
+    // On the CPU against cold: 4,000 tokens load in 4000 * 5e-6 = 0.02 s, their prefill
+    // would take ~0.43 s.
+    let c = candidates(&params.cost, [Some(on_cpu), Some(HeldTokens::default())]);
+    let d = run(PolicyKind::CostModel, &i, &c, 1);
+    assert_eq!((d.winner, d.decided_by), (0, Term::Prefill), "{d:?}");
+    let cpu = d.rows[0];
+    assert_eq!(
+        cpu.cached_tokens, 4000,
+        "offloaded tokens are not recomputed"
+    );
+    assert!((cpu.estimate.tier - 4000.0 * params.cost.cpu_load_token_secs).abs() < 1e-12);
+    assert!((cpu.estimate.prefill - params.cost.prefill_secs(200, 4000)).abs() < 1e-12);
+    assert!((cpu.work_secs - params.cost.prefill_secs(200, 4000)).abs() < 1e-12);
+    assert_eq!(d.rows[1].estimate.tier, 0.0);
+    // On the CPU against the same tokens on the GPU: only the tier term differs.
+    let c = candidates(&params.cost, [Some(on_cpu), Some(HeldTokens::on_gpu(4000))]);
+    let d = run(PolicyKind::CostModel, &i, &c, 1);
+    assert_eq!((d.winner, d.decided_by), (1, Term::Tier), "{d:?}");
+    assert_eq!(d.rows[0].estimate.prefill, d.rows[1].estimate.prefill);
+    // Loading slower than recomputing: storage at 2e-4 s a token (0.8 s) loses to cold.
+    let slow = inferrail_config::CostModelParams {
+        storage_load_token_secs: 2e-4,
+        ..params.cost
+    };
+    let in_storage = HeldTokens {
+        gpu: 0,
+        cpu: 0,
+        storage: 4000,
+    };
+    let c = candidates(&slow, [Some(in_storage), Some(HeldTokens::default())]);
+    let d = run(PolicyKind::CostModel, &i, &c, 1);
+    assert_eq!((d.winner, d.decided_by), (1, Term::Tier), "{d:?}");
+}
+
 #[test]
 fn kv_pressure_sets_long_prompts_aside_unless_every_replica_is_full() {
     let params = BrainParams::default();

@@ -129,7 +129,7 @@ fn offloaded_copies_count_as_held_but_not_on_the_gpu() {
     cpu.medium = Some("CPU".into());
     apply_batch(&mut m, "m", &batch(vec![WireEvent::BlockStored(cpu)]));
     let held = m.matched(&prompt(None, None, &t));
-    assert_eq!((held.gpu, held.any()), (0, 2));
+    assert_eq!((held.gpu, held.cpu, held.storage), (0, 2, 0));
 }
 
 #[test]

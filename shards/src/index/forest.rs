@@ -171,6 +171,21 @@ pub(crate) struct Place {
     offset: u32,
 }
 
+/// One node on a walked path.
+#[derive(Debug, Clone, Copy)]
+struct PathNode {
+    /// The prompt block the node starts at.
+    start: u32,
+    /// Blocks of it the prompt matched.
+    len: u32,
+    /// Members holding it on the GPU.
+    gpu: u64,
+    /// Members holding it on the GPU or in host memory.
+    fast: u64,
+    /// Members holding it anywhere.
+    any: u64,
+}
+
 /// What one walk found for each member asked, by member bit.
 #[derive(Debug, Clone)]
 pub struct Walk {
@@ -181,8 +196,8 @@ pub struct Walk {
     pub cpu: [u32; FOREST_MEMBERS],
     /// Past those, blocks held only in a slower tier, per member.
     pub storage: [u32; FOREST_MEMBERS],
-    /// The nodes on the prompt's path: (first prompt block, blocks matched, GPU holders).
-    path: Vec<(u32, u32, u64)>,
+    /// The nodes on the prompt's path, in depth order.
+    path: Vec<PathNode>,
 }
 
 impl Default for Walk {
@@ -210,13 +225,27 @@ impl Walk {
     /// Whether member `bit`'s engine holds the prompt's block at `depth` on its GPU (`depth`
     /// anywhere on the walked path; false past it).
     pub fn gpu_at(&self, bit: u32, depth: usize) -> Option<usize> {
-        // The path is in depth order; find the node covering `depth`.
-        let at = self
-            .path
-            .partition_point(|&(start, _, _)| start as usize <= depth);
-        let &(start, len, gpu) = self.path.get(at.checked_sub(1)?)?;
-        let end = start as usize + len as usize;
-        (depth < end && gpu & (1u64 << bit) != 0).then_some(end)
+        let node = self.node_at(depth)?;
+        let end = node.start as usize + node.len as usize;
+        (node.gpu & (1u64 << bit) != 0).then_some(end)
+    }
+
+    /// Where member `bit` holds the prompt's block at `depth`, if anywhere on the walked path:
+    /// the end of that node's run and whether the fastest copy is on the GPU or in host memory
+    /// (`true`) or only in a slower tier (`false`).
+    pub fn held_at(&self, bit: u32, depth: usize) -> Option<(usize, bool)> {
+        let node = self.node_at(depth)?;
+        let end = node.start as usize + node.len as usize;
+        let b = 1u64 << bit;
+        (node.any & b != 0).then_some((end, node.fast & b != 0))
+    }
+
+    /// The walked node covering prompt block `depth`.
+    fn node_at(&self, depth: usize) -> Option<&PathNode> {
+        // The path is in depth order.
+        let at = self.path.partition_point(|n| n.start as usize <= depth);
+        let node = self.path.get(at.checked_sub(1)?)?;
+        (depth < node.start as usize + node.len as usize).then_some(node)
     }
 }
 
@@ -669,7 +698,13 @@ impl Forest {
                     out.storage[b] += matched as u32;
                 }
             }
-            out.path.push((depth as u32, matched as u32, h.gpu));
+            out.path.push(PathNode {
+                start: depth as u32,
+                len: matched as u32,
+                gpu: h.gpu,
+                fast: h.gpu | h.cpu,
+                any: h.any(),
+            });
             depth += matched;
             if matched < node.edge.len() {
                 break;

@@ -108,6 +108,68 @@ fn offloaded_blocks_count_as_held_but_not_on_the_gpu() {
 }
 
 #[test]
+fn past_the_gpu_run_each_block_counts_by_its_fastest_copy_up_to_a_hole() {
+    let mut m = EngineMirror::new(100);
+    let t = tokens(9, 7);
+    let id = ids(0..9);
+    let prompt = block_hashes(&salt(), &t, BS);
+    // Blocks 0-1 on the GPU; 2 on the CPU; 3 on the GPU again (past the run); 4 in storage
+    // and on the CPU; 5 in storage only; 6 nowhere; 7-8 on the GPU beyond the hole.
+    m.stored(run(&id[..2], None, &t[..8], Medium::Gpu)).unwrap();
+    for (b, medium) in [
+        (2, Medium::Cpu),
+        (3, Medium::Gpu),
+        (4, Medium::Storage),
+        (4, Medium::Cpu),
+        (5, Medium::Storage),
+        (6, Medium::Gpu),
+        (7, Medium::Gpu),
+        (8, Medium::Gpu),
+    ] {
+        let r = run(
+            &id[b..b + 1],
+            Some(id[b - 1]),
+            &t[b * BS..(b + 1) * BS],
+            medium,
+        );
+        m.stored(r).unwrap();
+    }
+    m.removed(&id[6..7], Medium::Gpu);
+    let want = MirrorMatch {
+        gpu: 2,
+        cpu: 3,
+        storage: 1,
+    };
+    assert_eq!(
+        m.matched(&prompt),
+        want,
+        "the hole at block 6 ends the match"
+    );
+    // Storage only past the run, then the CPU copy goes: block 4 is priced as storage.
+    m.removed(&id[4..5], Medium::Cpu);
+    assert_eq!(
+        m.matched(&prompt),
+        MirrorMatch {
+            gpu: 2,
+            cpu: 2,
+            storage: 2
+        }
+    );
+    // A prompt whose first block is offloaded has no GPU run at all.
+    m.removed(&id[..1], Medium::Gpu);
+    m.stored(run(&id[..1], None, &t[..4], Medium::Storage))
+        .unwrap();
+    assert_eq!(
+        m.matched(&prompt[..3]),
+        MirrorMatch {
+            gpu: 0,
+            cpu: 2,
+            storage: 1
+        }
+    );
+}
+
+#[test]
 fn refusals_leave_the_mirror_as_it_was() {
     let mut m = EngineMirror::new(3);
     let t = tokens(4, 4);
@@ -204,14 +266,15 @@ fn naive_match(naive: &[(BlockHash, usize)], prompt: &[BlockHash]) -> MirrorMatc
 /// One operation of a random event stream.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Store blocks `[from, from + n)` of prompt `p`, the first with its parent when `from > 0`.
+    /// Store blocks `[from, from + n)` of prompt `p` in medium `m` (0 GPU, 1 CPU, 2 storage),
+    /// the first with its parent when `from > 0`.
     Store {
         p: usize,
         from: usize,
         n: usize,
         medium: usize,
     },
-    /// Remove one copy of block `b` of prompt `p`.
+    /// Remove one copy of block `b` of prompt `p` from medium `m`.
     Remove {
         p: usize,
         b: usize,

@@ -6,6 +6,7 @@
 //! completes the reply with [`IndexError::Lost`] instead of leaving it pending forever.
 
 use super::error::IndexError;
+use super::held::HeldBlocks;
 use super::ReplicaIndexStats;
 use inferrail_sync::Doorbell;
 use std::future::Future;
@@ -133,26 +134,31 @@ pub(crate) fn wait<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// One shard's part of a lookup's answer: (position in the caller's list, what that replica
+/// holds), one entry per replica the shard owns.
+pub(crate) type LookupPart = Vec<(u32, HeldBlocks)>;
+
 /// The answer to [`IndexShards::lookup`](super::IndexShards::lookup): for each replica asked
-/// about, in the order asked, the number of leading prompt blocks it holds. Await it (it is a
-/// `Future`), poll it with [`LookupReply::try_get`], or block with [`LookupReply::wait`].
+/// about, in the order asked, the leading prompt blocks it holds by tier ([`HeldBlocks`];
+/// a replica no shard answered for holds none). Await it (it is a `Future`), poll it with
+/// [`LookupReply::try_get`], or block with [`LookupReply::wait`].
 #[derive(Debug)]
 pub struct LookupReply {
-    gather: Arc<Gather<Vec<(u32, u32)>>>,
+    gather: Arc<Gather<LookupPart>>,
     replicas: usize,
 }
 
 impl LookupReply {
-    pub(crate) fn new(gather: Arc<Gather<Vec<(u32, u32)>>>, replicas: usize) -> LookupReply {
+    pub(crate) fn new(gather: Arc<Gather<LookupPart>>, replicas: usize) -> LookupReply {
         LookupReply { gather, replicas }
     }
 
-    fn collect(&self) -> Result<Vec<usize>, IndexError> {
-        let mut out = vec![0usize; self.replicas];
+    fn collect(&self) -> Result<Vec<HeldBlocks>, IndexError> {
+        let mut out = vec![HeldBlocks::default(); self.replicas];
         for part in self.gather.result()? {
-            for &(position, blocks) in part {
+            for &(position, held) in part {
                 if let Some(slot) = out.get_mut(position as usize) {
-                    *slot = blocks as usize;
+                    *slot = held;
                 }
             }
         }
@@ -160,18 +166,18 @@ impl LookupReply {
     }
 
     /// The answer if every shard has given its part, without waiting.
-    pub fn try_get(&self) -> Option<Result<Vec<usize>, IndexError>> {
+    pub fn try_get(&self) -> Option<Result<Vec<HeldBlocks>, IndexError>> {
         self.gather.is_done().then(|| self.collect())
     }
 
     /// Blocks this thread until the answer is complete (tests and non-core threads only).
-    pub fn wait(self) -> Result<Vec<usize>, IndexError> {
+    pub fn wait(self) -> Result<Vec<HeldBlocks>, IndexError> {
         wait(self)
     }
 }
 
 impl Future for LookupReply {
-    type Output = Result<Vec<usize>, IndexError>;
+    type Output = Result<Vec<HeldBlocks>, IndexError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.gather.poll_done(cx) {
@@ -220,29 +226,46 @@ impl Future for StatsReply {
 mod tests {
     use super::*;
 
+    fn held(gpu: u32, cpu: u32, storage: u32) -> HeldBlocks {
+        HeldBlocks { gpu, cpu, storage }
+    }
+
     #[test]
     fn parts_from_other_threads_complete_the_reply() {
-        let (gather, senders) = Gather::<Vec<(u32, u32)>>::new(3);
+        let (gather, senders) = Gather::<LookupPart>::new(3);
         let reply = LookupReply::new(gather, 4);
         assert!(reply.try_get().is_none());
         let handles: Vec<_> = senders
             .into_iter()
             .enumerate()
-            .map(|(i, s)| thread::spawn(move || s.send(vec![(i as u32, 10 + i as u32)])))
+            .map(|(i, s)| {
+                let i = i as u32;
+                thread::spawn(move || s.send(vec![(i, held(10 + i, i, 2 * i))]))
+            })
             .collect();
         let answer = reply.wait();
         for h in handles {
             h.join().ok();
         }
-        assert_eq!(answer.ok(), Some(vec![10, 11, 12, 0]));
+        let want = vec![
+            held(10, 0, 0),
+            held(11, 1, 2),
+            held(12, 2, 4),
+            HeldBlocks::default(),
+        ];
+        assert_eq!(
+            answer.ok(),
+            Some(want),
+            "each tier lands in its replica's slot"
+        );
     }
 
     #[test]
     fn a_dropped_part_completes_the_reply_as_lost() {
-        let (gather, mut senders) = Gather::<Vec<(u32, u32)>>::new(2);
+        let (gather, mut senders) = Gather::<LookupPart>::new(2);
         let reply = LookupReply::new(gather, 2);
         if let Some(s) = senders.pop() {
-            s.send(vec![(1, 3)]);
+            s.send(vec![(1, held(3, 0, 0))]);
         }
         drop(senders);
         assert!(matches!(reply.wait(), Err(IndexError::Lost)));
@@ -250,7 +273,7 @@ mod tests {
 
     #[test]
     fn no_parts_is_ready_at_once() {
-        let (gather, _none) = Gather::<Vec<(u32, u32)>>::new(0);
+        let (gather, _none) = Gather::<LookupPart>::new(0);
         let reply = LookupReply::new(gather, 0);
         assert_eq!(reply.try_get().and_then(Result::ok), Some(vec![]));
     }

@@ -18,9 +18,10 @@
 use super::error::IndexError;
 use super::feed::{apply_batch, BatchApplied};
 use super::forest::{Forest, Walk};
+use super::held::HeldBlocks;
 use super::mirror::{KvEventTarget, Member, MemberMirror};
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
-use super::reply::{Gather, LookupReply, PartSender, StatsReply};
+use super::reply::{Gather, LookupPart, LookupReply, PartSender, StatsReply};
 use super::speculative::{Speculative, SpeculativeCounters, SPECULATIVE_TTL};
 use crate::prefix_hash::BlockHash;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -130,7 +131,7 @@ enum Command {
         prompt: Arc<[BlockHash]>,
         /// (position in the caller's list, replica key).
         replicas: Vec<(u32, u64)>,
-        reply: PartSender<Vec<(u32, u32)>>,
+        reply: PartSender<LookupPart>,
     },
     Record {
         replica: u64,
@@ -214,10 +215,12 @@ impl IndexShards {
         self.senders.len()
     }
 
-    /// Asks, for each of `replicas`, how many leading blocks of `prompt` it holds (unknown
-    /// replicas hold none). Never waits: each involved shard gets one queued request, or the
-    /// call fails with the first shard that was full or stopped. The reply lists the answers in
-    /// the order of `replicas`.
+    /// Asks, for each of `replicas`, how many leading blocks of `prompt` it holds, by tier
+    /// ([`HeldBlocks`]: a replica answered by its event mirror splits GPU, CPU and storage
+    /// blocks; one answered by its routing records holds everything on the GPU; unknown replicas
+    /// hold none). Never waits: each involved shard gets one queued request, or the call fails
+    /// with the first shard that was full or stopped. The reply lists the answers in the order
+    /// of `replicas`.
     pub fn lookup(
         &self,
         prompt: Arc<[BlockHash]>,
@@ -459,25 +462,48 @@ impl Replica {
     }
 }
 
-/// How many leading blocks of `prompt` an exact replica holds: what the forest walk found on its
-/// GPU, extended by its speculative blocks (and by the GPU blocks they bridge to).
-fn exact_held(walk: &Walk, bit: u32, speculative: &Speculative, prompt: &[BlockHash]) -> usize {
-    let mut held = walk.result(bit).gpu;
+/// How many leading blocks of `prompt` an exact replica holds, by tier: what the forest walk
+/// found, or with speculative blocks, the GPU run extended by them (and by the GPU blocks they
+/// bridge to on the walked path), then the blocks past it the engine holds, each by its fastest
+/// copy, up to the first it holds nowhere.
+fn exact_held(
+    walk: &Walk,
+    bit: u32,
+    speculative: &Speculative,
+    prompt: &[BlockHash],
+) -> HeldBlocks {
+    let found = walk.result(bit);
     if speculative.is_empty() {
-        return held;
+        return found.into();
     }
+    let mut gpu = found.gpu;
     loop {
-        let from = held;
-        while held < prompt.len() && speculative.contains(&prompt[held]) {
-            held += 1;
+        let from = gpu;
+        while gpu < prompt.len() && speculative.contains(&prompt[gpu]) {
+            gpu += 1;
         }
-        while let Some(end) = walk.gpu_at(bit, held) {
-            held = end;
+        while let Some(end) = walk.gpu_at(bit, gpu) {
+            gpu = end;
         }
-        if held == from {
-            return held;
+        if gpu == from {
+            break;
         }
     }
+    if gpu == found.gpu {
+        return found.into();
+    }
+    let mut held = HeldBlocks::on_gpu(gpu);
+    let mut at = gpu;
+    while let Some((end, fast)) = walk.held_at(bit, at) {
+        let n = u32::try_from(end - at).unwrap_or(u32::MAX);
+        if fast {
+            held.cpu = held.cpu.saturating_add(n);
+        } else {
+            held.storage = held.storage.saturating_add(n);
+        }
+        at = end;
+    }
+    held
 }
 
 /// A shard thread: applies commands in queue order until every sender is gone.
@@ -572,13 +598,13 @@ impl Shard {
         prompt: &[BlockHash],
         replicas: &[(u32, u64)],
         now: Instant,
-    ) -> Vec<(u32, u32)> {
+    ) -> LookupPart {
         let mut answers = Vec::with_capacity(replicas.len());
         // Members asked per forest, and those with speculative blocks (they need the path).
         let mut asked: Vec<(u64, u64)> = vec![(0, 0); self.forests.len()];
         for &(position, key) in replicas {
             let Some(r) = self.replicas.get_mut(&key) else {
-                answers.push((position, 0));
+                answers.push((position, HeldBlocks::default()));
                 continue;
             };
             match r.exact_member() {
@@ -592,8 +618,10 @@ impl Shard {
                     asked[f].0 |= 1u64 << bit;
                 }
                 None => {
-                    let held = r.blocks.matched_prefix(prompt);
-                    answers.push((position, held.min(u32::MAX as usize) as u32));
+                    answers.push((
+                        position,
+                        HeldBlocks::on_gpu(r.blocks.matched_prefix(prompt)),
+                    ));
                 }
             }
         }
@@ -610,8 +638,10 @@ impl Shard {
                     continue;
                 };
                 if rf == f {
-                    let held = exact_held(&self.walk, bit, &e.speculative, prompt);
-                    answers.push((position, held.min(u32::MAX as usize) as u32));
+                    answers.push((
+                        position,
+                        exact_held(&self.walk, bit, &e.speculative, prompt),
+                    ));
                 }
             }
         }

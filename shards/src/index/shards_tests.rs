@@ -8,6 +8,11 @@ fn chain(tokens: &[u32]) -> Arc<[BlockHash]> {
     block_hashes(&HashSalt::new("m", None, None), tokens, 1).into()
 }
 
+/// The answers of replicas answered from their routing records: everything on the GPU.
+fn gpu(blocks: &[usize]) -> Vec<HeldBlocks> {
+    blocks.iter().map(|&b| HeldBlocks::on_gpu(b)).collect()
+}
+
 fn start(shards: usize, default_capacity_blocks: usize) -> IndexShards {
     let config = IndexConfig {
         shards,
@@ -30,7 +35,7 @@ fn lookups_answer_in_the_order_asked() {
     let reply = index.lookup(Arc::clone(&a), &[20, 99, 10, 10]);
     assert_eq!(
         reply.and_then(LookupReply::wait).ok(),
-        Some(vec![2, 0, 4, 4])
+        Some(gpu(&[2, 0, 4, 4]))
     );
     let none = index.lookup(Arc::clone(&a), &[]);
     assert_eq!(none.and_then(LookupReply::wait).ok(), Some(vec![]));
@@ -52,6 +57,7 @@ fn take_back_clear_forget_and_stats() {
             .lookup(Arc::clone(p), rs)
             .and_then(LookupReply::wait)
             .ok()
+            .map(|v| v.iter().map(HeldBlocks::total).collect::<Vec<_>>())
     };
     assert_eq!(ask(&b, &[1]), Some(vec![3]));
     index.set_capacity(2, 7).ok();
@@ -97,7 +103,7 @@ fn a_ticket_does_not_outlive_a_forgotten_replica() {
     let held = index
         .lookup(Arc::clone(&a), &[5])
         .and_then(LookupReply::wait);
-    assert_eq!(held.ok(), Some(vec![3]));
+    assert_eq!(held.ok(), Some(gpu(&[3])));
 }
 
 #[test]
@@ -214,9 +220,10 @@ proptest! {
                 Op::Lookup(p) => {
                     let prompt = &prompts[p % prompts.len()];
                     let got = index.lookup(Arc::clone(prompt), &KEYS).and_then(LookupReply::wait);
-                    let want: Vec<usize> = KEYS
+                    let want: Vec<HeldBlocks> = KEYS
                         .iter()
                         .map(|k| model.replicas.get(k).map_or(0, |(s, _, _)| s.matched_prefix(prompt)))
+                        .map(HeldBlocks::on_gpu)
                         .collect();
                     prop_assert_eq!(got.ok(), Some(want));
                 }
@@ -300,7 +307,9 @@ fn concurrent_callers_get_every_reply_and_capacities_hold() {
                                     panic!("lost reply: {got:?}")
                                 };
                                 assert_eq!(got.len(), replicas.len());
-                                assert!(got.iter().all(|&n| n <= prompt.len().min(MAX_CAPACITY)));
+                                assert!(got
+                                    .iter()
+                                    .all(|n| n.total() <= prompt.len().min(MAX_CAPACITY)));
                                 answered += 1;
                             }
                             Err(IndexError::Full { .. }) => busy += 1,
@@ -364,20 +373,27 @@ fn concurrent_callers_get_every_reply_and_capacities_hold() {
 
 /// One BlockStored of a whole prompt from its first block, block size 1 (as [`chain`] hashes).
 fn stored_batch(engine_ids: std::ops::Range<u64>, tokens: &[u32]) -> Arc<KvEventBatch> {
+    stored_run(engine_ids, None, tokens, "GPU")
+}
+
+/// One BlockStored in `medium` of blocks following the engine block `parent` (block size 1).
+fn stored_run(
+    engine_ids: std::ops::Range<u64>,
+    parent: Option<u64>,
+    tokens: &[u32],
+    medium: &str,
+) -> Arc<KvEventBatch> {
     use inferrail_events::{BlockStored, WireEvent};
+    let mut stored = BlockStored::gpu(engine_ids, parent, tokens.to_vec(), 1);
+    stored.medium = Some(medium.into());
     Arc::new(KvEventBatch {
         ts: 0.0,
-        events: vec![WireEvent::BlockStored(BlockStored::gpu(
-            engine_ids,
-            None,
-            tokens.to_vec(),
-            1,
-        ))],
+        events: vec![WireEvent::BlockStored(stored)],
         data_parallel_rank: None,
     })
 }
 
-fn held(index: &IndexShards, prompt: &Arc<[BlockHash]>, replica: u64) -> usize {
+fn held(index: &IndexShards, prompt: &Arc<[BlockHash]>, replica: u64) -> HeldBlocks {
     match index
         .lookup(Arc::clone(prompt), &[replica])
         .and_then(LookupReply::wait)
@@ -400,7 +416,7 @@ fn a_synced_mirror_answers_and_an_unsynced_one_falls_back_to_the_routing_records
     let prompt = chain(&[1, 2, 3, 4]);
     // Routed here, so the routing records predict all four blocks.
     index.record(7, Arc::clone(&prompt)).ok();
-    assert_eq!(held(&index, &prompt, 7), 4);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(4));
     assert_eq!(mode_of(&index, 7).0, IndexMode::Approximate);
 
     // The engine's events say it stored only the first two: unsynced, the records still answer.
@@ -408,21 +424,21 @@ fn a_synced_mirror_answers_and_an_unsynced_one_falls_back_to_the_routing_records
         .apply_events(7, Arc::clone(&model), stored_batch(10..12, &[1, 2]))
         .unwrap();
     assert_eq!(mode_of(&index, 7), (IndexMode::Unsynced, 2));
-    assert_eq!(held(&index, &prompt, 7), 4);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(4));
 
     // Synced: the mirror answers, exactly what the engine holds.
     index.set_synced(7, true).unwrap();
     assert_eq!(mode_of(&index, 7).0, IndexMode::Exact);
-    assert_eq!(held(&index, &prompt, 7), 2);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(2));
 
     // An engine restart empties the mirror; the records would still claim four blocks.
     index.clear_mirror(7).unwrap();
-    assert_eq!(held(&index, &prompt, 7), 0);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(0));
 
     // Events no longer followed: back to the records.
     index.stop_events(7).unwrap();
     assert_eq!(mode_of(&index, 7), (IndexMode::Approximate, 0));
-    assert_eq!(held(&index, &prompt, 7), 4);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(4));
 }
 
 #[test]
@@ -449,40 +465,59 @@ fn in_exact_mode_a_routed_prompt_counts_until_its_events_arrive_and_a_take_back_
     let model: Arc<str> = Arc::from("m");
     index.set_synced(3, true).unwrap();
     let prompt = chain(&[1, 2, 3, 4]);
-    assert_eq!(held(&index, &prompt, 3), 0, "an empty engine");
+    assert_eq!(
+        held(&index, &prompt, 3),
+        HeldBlocks::on_gpu(0),
+        "an empty engine"
+    );
     // Routed here before the engine published anything: its siblings find it.
     let ticket = index.record(3, Arc::clone(&prompt)).unwrap();
-    assert_eq!(held(&index, &prompt, 3), 4);
+    assert_eq!(held(&index, &prompt, 3), HeldBlocks::on_gpu(4));
     let stats = index.stats().unwrap();
     let s = stats.iter().find(|s| s.key == 3).unwrap();
     assert_eq!((s.speculative.inserted, s.speculative_blocks), (1, 4));
     // The attempt never reached the engine: taken back, the prompt is cold again.
     index.take_back(ticket).unwrap();
-    assert_eq!(held(&index, &prompt, 3), 0);
+    assert_eq!(held(&index, &prompt, 3), HeldBlocks::on_gpu(0));
     // The events of another routed prompt: the mirror and the speculative entry agree.
     let second = chain(&[1, 2]);
     index.record(3, Arc::clone(&second)).unwrap();
     index
         .apply_events(3, Arc::clone(&model), stored_batch(20..22, &[1, 2]))
         .unwrap();
-    assert_eq!(held(&index, &prompt, 3), 2);
+    assert_eq!(held(&index, &prompt, 3), HeldBlocks::on_gpu(2));
     // An engine restart drops both.
     index.clear_mirror(3).unwrap();
-    assert_eq!(held(&index, &prompt, 3), 0);
+    assert_eq!(held(&index, &prompt, 3), HeldBlocks::on_gpu(0));
 }
 
-/// One BlockStored continuing `parent`, block size 1.
-fn continued_batch(
-    engine_ids: std::ops::Range<u64>,
-    parent: u64,
-    tokens: &[u32],
-) -> Arc<KvEventBatch> {
-    use inferrail_events::{ExternalBlockHash, WireEvent};
-    let mut batch = stored_batch(engine_ids, tokens);
-    if let Some(WireEvent::BlockStored(s)) = Arc::make_mut(&mut batch).events.first_mut() {
-        s.parent_block_hash = Some(ExternalBlockHash::Int(parent));
+#[test]
+fn a_synced_mirror_splits_its_answer_by_tier_and_speculative_blocks_count_as_gpu() {
+    let index = start(2, 100);
+    let model: Arc<str> = Arc::from("m");
+    let prompt = chain(&[1, 2, 3, 4, 5, 6]);
+    let split = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
+    // Blocks 1-2 on the GPU, 3-4 offloaded to the CPU, 5 in storage, 6 nowhere.
+    for batch in [
+        stored_run(10..12, None, &[1, 2], "GPU"),
+        stored_run(12..14, Some(11), &[3, 4], "CPU"),
+        stored_run(14..15, Some(13), &[5], "STORAGE"),
+    ] {
+        index.apply_events(3, Arc::clone(&model), batch).unwrap();
     }
-    batch
+    // Unsynced: the routing records answer (nothing was routed here), all as GPU.
+    assert_eq!(held(&index, &prompt, 3), HeldBlocks::default());
+    index.set_synced(3, true).unwrap();
+    assert_eq!(held(&index, &prompt, 3), split(2, 2, 1));
+    // Routed here: the speculative entry holds blocks 1-3 on the GPU until events confirm it.
+    index.record(3, chain(&[1, 2, 3])).unwrap();
+    assert_eq!(held(&index, &prompt, 3), split(3, 1, 1));
+    // The same prompt on a replica without events: its routing records, all on the GPU.
+    index.record(4, Arc::clone(&prompt)).unwrap();
+    let both = index
+        .lookup(Arc::clone(&prompt), &[4, 3])
+        .and_then(LookupReply::wait);
+    assert_eq!(both.ok(), Some(vec![split(6, 0, 0), split(3, 1, 1)]));
 }
 
 #[test]
@@ -506,7 +541,10 @@ fn more_exact_replicas_than_one_forest_holds_each_answer_for_itself() {
                 .unwrap();
         }
     }
-    let want: Vec<usize> = replicas.iter().map(|r| (r % 9) as usize).collect();
+    let want: Vec<HeldBlocks> = replicas
+        .iter()
+        .map(|r| HeldBlocks::on_gpu((r % 9) as usize))
+        .collect();
     let asked = index
         .lookup(Arc::clone(&prompt), &replicas)
         .and_then(LookupReply::wait);
@@ -521,10 +559,10 @@ fn more_exact_replicas_than_one_forest_holds_each_answer_for_itself() {
             stored_batch(20_000..20_003, &tokens[..3]),
         )
         .unwrap();
-    assert_eq!(held(&index, &prompt, 200), 3);
-    assert_eq!(held(&index, &prompt, 7), 7);
+    assert_eq!(held(&index, &prompt, 200), HeldBlocks::on_gpu(3));
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(7));
     index.forget(7).unwrap();
-    assert_eq!(held(&index, &prompt, 7), 0);
+    assert_eq!(held(&index, &prompt, 7), HeldBlocks::on_gpu(0));
     let stats = index.stats().unwrap();
     let of = |k: u64| {
         stats
@@ -552,10 +590,10 @@ fn a_speculative_entry_bridges_a_hole_to_the_blocks_the_engine_holds_past_it() {
         .apply_events(
             4,
             Arc::clone(&model),
-            continued_batch(43..46, 42, &[4, 5, 6]),
+            stored_run(43..46, Some(42), &[4, 5, 6], "GPU"),
         )
         .unwrap();
-    assert_eq!(held(&index, &prompt, 4), 6);
+    assert_eq!(held(&index, &prompt, 4), HeldBlocks::on_gpu(6));
     let evict = Arc::new(KvEventBatch {
         ts: 0.0,
         events: vec![inferrail_events::WireEvent::BlockRemoved(
@@ -564,8 +602,12 @@ fn a_speculative_entry_bridges_a_hole_to_the_blocks_the_engine_holds_past_it() {
         data_parallel_rank: None,
     });
     index.apply_events(4, Arc::clone(&model), evict).unwrap();
-    assert_eq!(held(&index, &prompt, 4), 2, "the engine stops at the hole");
+    assert_eq!(
+        held(&index, &prompt, 4),
+        HeldBlocks::on_gpu(2),
+        "the engine stops at the hole"
+    );
     // A routed prompt covering the hole: held speculatively, the walk continues past it.
     index.record(4, chain(&[1, 2, 3])).unwrap();
-    assert_eq!(held(&index, &prompt, 4), 6);
+    assert_eq!(held(&index, &prompt, 4), HeldBlocks::on_gpu(6));
 }

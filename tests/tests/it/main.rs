@@ -11,6 +11,7 @@ mod errors;
 mod exchange;
 mod fleet;
 mod kv_events;
+mod kv_tiers;
 mod lifecycle;
 mod live;
 mod module_graph;
