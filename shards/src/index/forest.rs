@@ -260,6 +260,8 @@ pub struct Forest {
     starts: HashMap<Key, u32, FoldBuildHasher>,
     /// Member bits in use.
     members: u64,
+    /// The members' capacities, summed: the forest holds at most twice as many slots.
+    capacity_sum: usize,
 }
 
 impl Forest {
@@ -282,6 +284,21 @@ impl Forest {
     /// Gives member `bit` back; the caller has cleared its blocks first ([`Forest::clear`]).
     pub fn leave(&mut self, bit: u32) {
         self.members &= !(1u64 << bit);
+    }
+
+    /// Changes the members' summed capacity by `joined - left`.
+    pub(crate) fn add_capacity(&mut self, joined: usize, left: usize) {
+        self.capacity_sum = self
+            .capacity_sum
+            .saturating_add(joined)
+            .saturating_sub(left);
+    }
+
+    /// Whether `n` more slots fit. Slots held by nobody stay while they lead to a held block (a
+    /// publisher that removes a chain's head but keeps its tail); the bound keeps such
+    /// leftovers from growing without end: at most twice the members' capacities in all.
+    pub(crate) fn has_room(&self, n: usize) -> bool {
+        self.blocks().saturating_add(n) <= self.capacity_sum.saturating_mul(2)
     }
 
     /// Whether no member bit is in use.

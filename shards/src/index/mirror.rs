@@ -116,8 +116,9 @@ pub enum StoreRefused {
     /// do not have one entry per block.
     #[error("stored blocks and their tokens do not line up")]
     Shape,
-    /// Holding the new blocks would pass the mirror's capacity, or one engine block would
-    /// have more copies in one medium than a mirror counts (255).
+    /// Holding the new blocks would pass the mirror's capacity (or its forest's bound on the
+    /// blocks it keeps, see [`Forest`]), or one engine block would have more copies in one
+    /// medium than a mirror counts (255).
     #[error("the mirror is full")]
     Full,
 }
@@ -184,8 +185,10 @@ impl Member {
     /// Joins `forest` (None when its 64 member bits are taken), holding at most `capacity`
     /// engine blocks.
     pub fn join(forest: &mut Forest, capacity: usize) -> Option<Member> {
+        let bit = forest.join()?;
+        forest.add_capacity(capacity, 0);
         Some(Member {
-            bit: forest.join()?,
+            bit,
             engine: HashMap::default(),
             aliases: HashMap::default(),
             capacity,
@@ -197,6 +200,7 @@ impl Member {
     pub fn leave(self, forest: &mut Forest) {
         forest.clear(self.bit);
         forest.leave(self.bit);
+        forest.add_capacity(0, self.capacity);
     }
 
     /// The member's bit in its forest.
@@ -221,7 +225,8 @@ impl Member {
 
     /// Sets the bound (e.g. once the engine's block count is known). Blocks already held stay
     /// even past a lower bound; new stores are refused until the member is below it.
-    pub fn set_capacity(&mut self, capacity: usize) {
+    pub fn set_capacity(&mut self, forest: &mut Forest, capacity: usize) {
+        forest.add_capacity(capacity, self.capacity);
         self.capacity = capacity;
     }
 
@@ -295,7 +300,7 @@ impl KvEventTarget for MemberMirror<'_> {
                 Some(_) => {}
             }
         }
-        if m.engine.len() + new > m.capacity {
+        if m.engine.len() + new > m.capacity || !forest.has_room(n) {
             m.counters.full += 1;
             return Err(StoreRefused::Full);
         }
@@ -479,7 +484,7 @@ impl EngineMirror {
 
     /// Sets the bound; see [`Member::set_capacity`].
     pub fn set_capacity(&mut self, capacity: usize) {
-        self.member.set_capacity(capacity);
+        self.member.set_capacity(&mut self.forest, capacity);
     }
 
     /// What has been applied and refused.

@@ -484,3 +484,33 @@ proptest! {
         prop_assert!(forest.is_unused());
     }
 }
+
+#[test]
+fn blocks_kept_only_as_a_path_to_a_held_tail_are_bounded() {
+    // A publisher that stores chains and removes each one's head but keeps its tail: the heads
+    // stay in the forest as the path to the tails, up to twice the capacity in all.
+    let capacity = 10;
+    let mut m = EngineMirror::new(capacity);
+    let mut refused = 0;
+    for round in 0..6u64 {
+        let id = ids(round * 100..round * 100 + 10);
+        let t = tokens(10, round as u32 * 7919);
+        match m.stored(run(&id, None, &t, Medium::Gpu)) {
+            Ok(_) => {
+                assert_eq!(m.removed(&id[..9], Medium::Gpu), 0);
+            }
+            Err(e) => {
+                assert_eq!(e, StoreRefused::Full);
+                refused += 1;
+            }
+        }
+        m.forest().check();
+        assert!(
+            m.forest().blocks() <= 2 * capacity,
+            "{}",
+            m.forest().blocks()
+        );
+    }
+    assert!(refused > 0, "a store past the bound is refused");
+    assert_eq!(m.counters().full, refused);
+}

@@ -699,10 +699,15 @@ impl Shard {
                 r.resets += 1;
             }
             Command::SetCapacity { replica, blocks } => {
-                let r = self.entry(replica);
+                self.entry(replica);
+                let Some(r) = self.replicas.get_mut(&replica) else {
+                    return;
+                };
                 r.blocks.set_capacity(blocks);
                 if let Some(e) = &mut r.exact {
-                    e.member.set_capacity(blocks);
+                    if let Some(f) = self.forests.get_mut(e.forest) {
+                        e.member.set_capacity(f, blocks);
+                    }
                     e.speculative.set_capacity(blocks);
                 }
             }

@@ -611,3 +611,38 @@ fn a_speculative_entry_bridges_a_hole_to_the_blocks_the_engine_holds_past_it() {
     index.record(4, chain(&[1, 2, 3])).unwrap();
     assert_eq!(held(&index, &prompt, 4), HeldBlocks::on_gpu(6));
 }
+
+#[test]
+fn a_speculative_run_past_the_gpu_blocks_is_followed_by_the_offloaded_ones_by_tier() {
+    let index = start(1, 100);
+    let model: Arc<str> = Arc::from("m");
+    let prompt = chain(&[1, 2, 3, 4, 5, 6]);
+    index.set_synced(6, true).unwrap();
+    // Blocks 0..2 on the GPU; 0..4 have host-memory copies; 4..5 only in storage.
+    index
+        .apply_events(
+            6,
+            Arc::clone(&model),
+            stored_run(60..62, None, &[1, 2], "GPU"),
+        )
+        .unwrap();
+    index
+        .apply_events(
+            6,
+            Arc::clone(&model),
+            stored_run(60..64, None, &[1, 2, 3, 4], "CPU"),
+        )
+        .unwrap();
+    index
+        .apply_events(
+            6,
+            Arc::clone(&model),
+            stored_run(64..65, Some(63), &[5], "STORAGE"),
+        )
+        .unwrap();
+    let tiers = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
+    assert_eq!(held(&index, &prompt, 6), tiers(2, 2, 1));
+    // Routed here: block 2 counts as on the GPU; block 3 is still loaded from host memory.
+    index.record(6, chain(&[1, 2, 3])).unwrap();
+    assert_eq!(held(&index, &prompt, 6), tiers(3, 1, 1));
+}
