@@ -418,11 +418,10 @@ impl Controller {
                 finished,
                 ..
             } => {
-                let configured = self
-                    .registry
-                    .get(key)
-                    .and_then(|m| m.spec.kv_capacity_blocks);
-                self.book.on_scrape(key, outcome, finished, configured)
+                let member = self.registry.get(key);
+                let configured = member.and_then(|m| m.spec.kv_capacity_blocks);
+                let own = member.map_or(0, |m| m.spec.ledger.in_flight());
+                self.book.on_scrape(key, outcome, finished, configured, own)
             }
         };
         self.carry_out(effects);

@@ -93,6 +93,7 @@ fn main() {
                     waiting: 0.0,
                     kv_cache_usage: 0.5,
                     age: Duration::from_millis(1),
+                    own_in_flight: (r % 7) as u32,
                 };
                 offer::candidate(r, r as u64 + 1, load, Some(engine), Duration::from_secs(1))
             })

@@ -698,6 +698,7 @@ replicas:
             preemptions: 0.0,
             kv_capacity_blocks: None,
             received,
+            own_in_flight: 0,
         }
     }
 

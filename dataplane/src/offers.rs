@@ -31,6 +31,7 @@ pub fn candidate(
         waiting: rep.waiting,
         kv_cache_usage: rep.kv_cache_usage,
         age: now.saturating_duration_since(rep.received),
+        own_in_flight: rep.own_in_flight,
     });
     offer::candidate(index, entry.spec.key, load, engine, max_age)
 }

@@ -130,6 +130,9 @@ pub struct EngineReport {
     pub kv_capacity_blocks: Option<u64>,
     /// When the page was received.
     pub received: Instant,
+    /// The gateway's own requests in flight to the replica when the page was received (every
+    /// core's, from its ledger): what of `running + waiting` is this gateway's.
+    pub own_in_flight: u32,
 }
 
 /// What the control thread knows of a replica right now.

@@ -28,15 +28,13 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// The request count load-based policies compare: the gateway's in-flight count, or the
-    /// engine's running plus waiting requests when a fresh report shows more (traffic that did
-    /// not come through this gateway, or requests the gateway already forgot).
+    /// The request count load-based policies compare: the gateway's own in-flight count now,
+    /// plus, from a fresh engine report, the requests the engine ran or queued beyond the
+    /// gateway's own in flight when the report came (other gateways' and clients' traffic, as
+    /// of that report; never negative).
     pub fn load(&self) -> u32 {
         match self.engine {
-            Some(e) => {
-                let engine = (e.running + e.waiting).max(0.0).min(f64::from(u32::MAX)) as u32;
-                self.in_flight.max(engine)
-            }
+            Some(e) => self.in_flight.saturating_add(e.others()),
             None => self.in_flight,
         }
     }
@@ -53,4 +51,17 @@ pub struct EngineView {
     pub kv_cache_usage: f64,
     /// Age of the report when the candidate was built, in microseconds.
     pub age_micros: u64,
+    /// The gateway's own requests in flight to the replica when the report was received.
+    pub own_in_flight: u32,
+}
+
+impl EngineView {
+    /// Running plus waiting requests beyond the gateway's own at the report: what other
+    /// gateways and clients sent, as of the report (0 when the gateway's own were more).
+    pub fn others(&self) -> u32 {
+        let engine = (self.running + self.waiting)
+            .max(0.0)
+            .min(f64::from(u32::MAX));
+        (engine as u32).saturating_sub(self.own_in_flight)
+    }
 }

@@ -31,6 +31,8 @@ pub struct EngineReading {
     pub kv_cache_usage: f64,
     /// How old the report is now (the caller subtracts; nothing here reads a clock).
     pub age: Duration,
+    /// The gateway's own requests in flight to the replica when the report was received.
+    pub own_in_flight: u32,
 }
 
 /// The candidate for the replica at `index` (registry `key`): the gateway's `load`, and the
@@ -49,6 +51,7 @@ pub fn candidate(
             waiting: e.waiting,
             kv_cache_usage: e.kv_cache_usage,
             age_micros: e.age.as_micros().min(u128::from(u64::MAX)) as u64,
+            own_in_flight: e.own_in_flight,
         })
     });
     Candidate {
@@ -129,6 +132,7 @@ mod tests {
             waiting: 1.0,
             kv_cache_usage: 0.5,
             age,
+            own_in_flight: 2,
         }
     }
 
@@ -150,11 +154,19 @@ mod tests {
             .engine
             .expect("a report exactly max_age old is still fresh");
         assert_eq!((e.running, e.waiting, e.kv_cache_usage), (4.0, 1.0, 0.5));
-        assert_eq!(e.age_micros, 500_000);
+        assert_eq!((e.age_micros, e.own_in_flight), (500_000, 2));
         assert_eq!(
             c.load(),
-            5,
-            "the engine's running + waiting exceeds the gateway's count"
+            6,
+            "3 of its own now, plus the 5 - 2 the engine ran beyond its own 2 at the report"
+        );
+        let mut mine = report(Duration::ZERO);
+        mine.own_in_flight = 9;
+        let c = candidate(4, 77, load(), Some(mine), max_age);
+        assert_eq!(
+            c.load(),
+            3,
+            "the report's requests were all its own: none from others"
         );
         let stale = candidate(
             4,

@@ -700,12 +700,14 @@ impl FleetSim {
                     prompt_tokens: reading.prompt_tokens,
                     queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
                 };
-                // Read at this very instant of virtual time: age 0, always fresh.
+                // Read at this very instant of virtual time: age 0, always fresh, with the
+                // gateway's own in flight at that instant (one gateway: nobody else's).
                 let engine = EngineReading {
                     running: s.num_running as f64,
                     waiting: (s.num_waiting + s.num_pending) as f64,
                     kv_cache_usage: s.kv_cache_usage,
                     age: Duration::ZERO,
+                    own_in_flight: reading.in_flight,
                 };
                 offer::candidate(i, r.key, load, Some(engine), Duration::ZERO)
             })

@@ -133,14 +133,18 @@ impl ReplicaBook {
     }
 
     /// A scrape result received at `finished`; `configured_blocks` is the replica's
-    /// `kv_capacity_blocks` from config, which wins over the engine's report. A readable report
-    /// is published at once, so the age a decision sees is bounded by the scrape interval.
+    /// `kv_capacity_blocks` from config, which wins over the engine's report; `own_in_flight` is
+    /// the gateway's own requests in flight to it then (its ledger), kept with the report so a
+    /// candidate's load counts only the engine's requests beyond them as others'. A readable
+    /// report is published at once, so the age a decision sees is bounded by the scrape
+    /// interval.
     pub fn on_scrape(
         &mut self,
         key: u64,
         outcome: ScrapeOutcome,
         finished: Instant,
         configured_blocks: Option<u64>,
+        own_in_flight: u32,
     ) -> Vec<Effect> {
         let Some(facts) = self.facts.get_mut(&key) else {
             return Vec::new();
@@ -155,7 +159,7 @@ impl ReplicaBook {
                         || load.prefix_cache_hits < prev.prefix_cache_hits
                 });
                 let capacity = load.kv_capacity_blocks;
-                facts.report = Some(report_of(&load, finished));
+                facts.report = Some(report_of(&load, finished, own_in_flight));
                 facts.engine = Some(load.engine.as_str());
                 facts.scrape = ScrapeState::Ok;
                 facts.scrapes[0] += 1;
@@ -291,7 +295,7 @@ impl ReplicaBook {
 }
 
 /// The snapshot's engine report of a parsed metrics page received at `received`.
-fn report_of(load: &EngineLoad, received: Instant) -> EngineReport {
+fn report_of(load: &EngineLoad, received: Instant, own_in_flight: u32) -> EngineReport {
     EngineReport {
         running: load.running,
         waiting: load.waiting,
@@ -301,6 +305,7 @@ fn report_of(load: &EngineLoad, received: Instant) -> EngineReport {
         preemptions: load.preemptions,
         kv_capacity_blocks: load.kv_capacity_blocks,
         received,
+        own_in_flight,
     }
 }
 
@@ -349,7 +354,7 @@ mod tests {
     fn a_readable_scrape_is_published_and_its_capacity_sized_once() {
         let mut b = book(&[1]);
         let t = Instant::now();
-        let e = b.on_scrape(1, page(10.0, 5.0, Some(101)), t, None);
+        let e = b.on_scrape(1, page(10.0, 5.0, Some(101)), t, None, 0);
         assert_eq!(
             e,
             vec![
@@ -362,7 +367,7 @@ mod tests {
         );
         assert_eq!(b.facts(1).map(|f| f.scrapes), Some([1, 0, 0]));
         // The same capacity again: the index hears nothing new.
-        let e = b.on_scrape(1, page(11.0, 6.0, Some(101)), t, None);
+        let e = b.on_scrape(1, page(11.0, 6.0, Some(101)), t, None, 0);
         assert_eq!(e, vec![Effect::Publish]);
     }
 
@@ -373,7 +378,7 @@ mod tests {
             b.capacity(1, 50),
             vec![Effect::IndexCapacity { key: 1, usable: 49 }]
         );
-        let e = b.on_scrape(1, page(1.0, 0.0, Some(900)), Instant::now(), Some(50));
+        let e = b.on_scrape(1, page(1.0, 0.0, Some(900)), Instant::now(), Some(50), 0);
         assert_eq!(
             e,
             vec![Effect::Publish],
@@ -383,11 +388,20 @@ mod tests {
     }
 
     #[test]
+    fn a_report_keeps_the_gateways_own_in_flight_at_its_arrival() {
+        let mut b = book(&[1]);
+        let t = Instant::now();
+        b.on_scrape(1, page(100.0, 40.0, None), t, None, 7);
+        let report = b.facts(1).and_then(|f| f.report);
+        assert_eq!(report.map(|r| (r.own_in_flight, r.received)), Some((7, t)));
+    }
+
+    #[test]
     fn prefix_counters_going_back_clear_the_index() {
         let mut b = book(&[1]);
         let t = Instant::now();
-        b.on_scrape(1, page(100.0, 40.0, None), t, None);
-        let e = b.on_scrape(1, page(3.0, 1.0, None), t, None);
+        b.on_scrape(1, page(100.0, 40.0, None), t, None, 0);
+        let e = b.on_scrape(1, page(3.0, 1.0, None), t, None, 0);
         assert_eq!(e[0], Effect::IndexClear(1));
         assert!(logs(&e)[0].contains("engine restart"), "{e:?}");
         assert_eq!(e.last(), Some(&Effect::Publish));
@@ -397,14 +411,20 @@ mod tests {
     fn failed_and_unreadable_scrapes_are_counted_and_published() {
         let mut b = book(&[1]);
         let t = Instant::now();
-        b.on_scrape(1, ScrapeOutcome::Unreadable("no families".into()), t, None);
+        b.on_scrape(
+            1,
+            ScrapeOutcome::Unreadable("no families".into()),
+            t,
+            None,
+            0,
+        );
         assert_eq!(
             b.facts(1).map(|f| f.scrape.clone()),
             Some(ScrapeState::Unreadable("no families".into()))
         );
         assert_eq!(b.facts(1).map(|f| f.scrapes), Some([0, 1, 0]));
         // A scrape of a member the book does not know changes nothing.
-        assert!(b.on_scrape(9, page(1.0, 1.0, None), t, None).is_empty());
+        assert!(b.on_scrape(9, page(1.0, 1.0, None), t, None, 0).is_empty());
     }
 
     #[test]
@@ -462,7 +482,7 @@ mod tests {
     #[test]
     fn departed_members_lose_their_facts() {
         let mut b = book(&[1, 2]);
-        b.on_scrape(2, page(1.0, 1.0, None), Instant::now(), None);
+        b.on_scrape(2, page(1.0, 1.0, None), Instant::now(), None, 0);
         b.sync_members(&[(1, vec!["m".into()])]);
         assert!(b.facts(2).is_none());
         assert!(b.facts(1).is_some());

@@ -203,6 +203,7 @@ pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
             "waiting": e.waiting,
             "kv_cache_usage": e.kv_cache_usage,
             "age_micros": e.age_micros,
+            "own_in_flight": e.own_in_flight,
         })),
         "cached_tokens": c.cached_tokens,
         "prompt_tokens": c.prompt_tokens,
@@ -326,6 +327,11 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
                 waiting: num("waiting")?,
                 kv_cache_usage: num("kv_cache_usage")?,
                 age_micros: e.get("age_micros").and_then(Value::as_u64)?,
+                // Lines written before the field read as 0 (every engine request an other's).
+                own_in_flight: e
+                    .get("own_in_flight")
+                    .and_then(Value::as_u64)
+                    .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             })
         }
     };

@@ -323,6 +323,7 @@ fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
                 engine: report.then_some(EngineView {
                     running: f64::from(load),
                     kv_cache_usage: usage,
+                    own_in_flight: load,
                     ..EngineView::default()
                 }),
                 ..cand(i, load, cached, f64::from(queued_ms) / 1000.0)

@@ -87,9 +87,11 @@ fn every_policy_has_its_object() {
 #[test]
 fn a_fresh_engine_report_showing_more_load_counts() {
     let mut c = cands(&[2, 3]);
+    // The engine ran 9 when 2 of them were this gateway's: 7 are others'.
     c[0].engine = Some(EngineView {
         running: 8.0,
         waiting: 1.0,
+        own_in_flight: 2,
         ..EngineView::default()
     });
     assert_eq!(c[0].load(), 9);

@@ -278,6 +278,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                                 waiting: rng.range(0, 5) as f64,
                                 kv_cache_usage: rng.unit(),
                                 age_micros: 0,
+                                own_in_flight: 0,
                             }),
                             cached_tokens: Some(
                                 facts.cached_tokens(shadows[i].matched_prefix(&facts.hashes)),
@@ -382,6 +383,7 @@ fn more_predicted_cache_never_raises_a_candidates_estimate() {
                     waiting: rng.range(0, 8) as f64,
                     kv_cache_usage: rng.unit(),
                     age_micros: 0,
+                    own_in_flight: 0,
                 }),
                 cached_tokens: Some(rng.range(0, tokens as usize) as u32),
                 queued_prefill_secs: rng.unit() * 5.0,
