@@ -26,7 +26,7 @@
 //! parent's chain). Nodes hold `u32` slot numbers, so a block costs 24 bytes of slot plus four
 //! of edge, shared by every member that holds it.
 
-use super::hasher::FoldBuildHasher;
+use super::hasher::{FoldBuildHasher, Key};
 use super::mirror::Medium;
 use crate::prefix_hash::BlockHash;
 use std::collections::HashMap;
@@ -80,36 +80,6 @@ struct Node {
     children: Vec<u32>,
     /// Whether the node is in use (freed nodes wait in the free list).
     live: bool,
-}
-
-/// A chain value as two words: 8-byte alignment keeps a slot at 24 bytes and a start entry at
-/// 24 instead of 32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Key {
-    lo: u64,
-    hi: u64,
-}
-
-impl std::hash::Hash for Key {
-    /// Hashed as one `u128`, which the index's hasher folds with a single multiply.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u128((u128::from(self.hi) << 64) | u128::from(self.lo));
-    }
-}
-
-impl From<BlockHash> for Key {
-    fn from(h: BlockHash) -> Key {
-        Key {
-            lo: h.0 as u64,
-            hi: (h.0 >> 64) as u64,
-        }
-    }
-}
-
-impl From<Key> for BlockHash {
-    fn from(k: Key) -> BlockHash {
-        BlockHash((u128::from(k.hi) << 64) | u128::from(k.lo))
-    }
 }
 
 /// A block: its chain value and where it sits.

@@ -89,6 +89,36 @@ impl Hasher for FoldHasher {
     }
 }
 
+/// A block hash as two words: 8-byte alignment keeps a map entry or a slot holding one at 24
+/// bytes where a `u128` (16-byte aligned) would make it 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Key {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+}
+
+impl std::hash::Hash for Key {
+    /// Hashed as one `u128`, which [`FoldHasher`] folds with a single multiply.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128((u128::from(self.hi) << 64) | u128::from(self.lo));
+    }
+}
+
+impl From<crate::prefix_hash::BlockHash> for Key {
+    fn from(h: crate::prefix_hash::BlockHash) -> Key {
+        Key {
+            lo: h.0 as u64,
+            hi: (h.0 >> 64) as u64,
+        }
+    }
+}
+
+impl From<Key> for crate::prefix_hash::BlockHash {
+    fn from(k: Key) -> crate::prefix_hash::BlockHash {
+        crate::prefix_hash::BlockHash((u128::from(k.hi) << 64) | u128::from(k.lo))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

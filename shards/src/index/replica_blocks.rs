@@ -23,7 +23,7 @@
 //! `u32` links; a hash map from the 128-bit block hash to the node's slot finds them. A node is
 //! 32 bytes and a map entry 24 (+1 control byte), about 65-75 bytes per block once full.
 
-use super::hasher::FoldBuildHasher;
+use super::hasher::{FoldBuildHasher, Key};
 use crate::prefix_hash::BlockHash;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,35 +42,6 @@ const SLAB_HEADROOM: usize = 1024;
 /// Hands out a distinct identity to every [`ReplicaBlocks`], so an undo token from one never
 /// changes another (e.g. a replica forgotten and added again).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A block hash as two words: 8-byte alignment keeps a map entry at 24 bytes instead of 32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Key {
-    lo: u64,
-    hi: u64,
-}
-
-impl std::hash::Hash for Key {
-    /// Hashed as one `u128`, which the index's hasher folds with a single multiply.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u128((u128::from(self.hi) << 64) | u128::from(self.lo));
-    }
-}
-
-impl From<BlockHash> for Key {
-    fn from(h: BlockHash) -> Key {
-        Key {
-            lo: h.0 as u64,
-            hi: (h.0 >> 64) as u64,
-        }
-    }
-}
-
-impl From<Key> for BlockHash {
-    fn from(k: Key) -> BlockHash {
-        BlockHash((u128::from(k.hi) << 64) | u128::from(k.lo))
-    }
-}
 
 /// One slab slot: a held block (stamp > 0) or a free slot (stamp 0, `next` = next free slot).
 #[derive(Debug, Clone, Copy)]

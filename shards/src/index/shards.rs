@@ -421,6 +421,14 @@ struct Exact {
 }
 
 impl Exact {
+    /// The member and its forest, to apply events to.
+    fn mirror<'a>(&'a mut self, forests: &'a mut [Forest]) -> MemberMirror<'a> {
+        MemberMirror {
+            forest: &mut forests[self.forest],
+            member: &mut self.member,
+        }
+    }
+
     /// Drops the speculative entries due by `now`, confirmed when the mirror holds the whole
     /// entry on its GPU.
     fn expire(&mut self, forests: &[Forest], now: Instant) {
@@ -582,6 +590,13 @@ impl Shard {
         }
     }
 
+    /// `replica`'s mirror (made when missing) and the shard's forests, borrowed together.
+    fn exact_with_forests(&mut self, replica: u64) -> Option<(&mut Exact, &mut Vec<Forest>)> {
+        self.exact(replica);
+        let e = self.replicas.get_mut(&replica)?.exact.as_mut()?;
+        Some((e, &mut self.forests))
+    }
+
     /// Ends `replica`'s mirror, releasing its blocks in its forest.
     fn drop_exact(&mut self, exact: Option<Exact>) {
         if let Some(e) = exact {
@@ -716,23 +731,10 @@ impl Shard {
                 model,
                 batch,
             } => {
-                self.exact(replica);
-                let (Some(e), forests) = (
-                    self.replicas
-                        .get_mut(&replica)
-                        .and_then(|r| r.exact.as_mut()),
-                    &mut self.forests,
-                ) else {
+                let Some((e, forests)) = self.exact_with_forests(replica) else {
                     return;
                 };
-                let applied = apply_batch(
-                    &mut MemberMirror {
-                        forest: &mut forests[e.forest],
-                        member: &mut e.member,
-                    },
-                    &model,
-                    &batch,
-                );
+                let applied = apply_batch(&mut e.mirror(forests), &model, &batch);
                 e.events.add(applied);
                 if applied.cleared > 0 {
                     e.speculative.clear();
@@ -741,20 +743,10 @@ impl Shard {
                 e.expire(forests, now);
             }
             Command::ClearMirror { replica } => {
-                self.exact(replica);
-                let (Some(e), forests) = (
-                    self.replicas
-                        .get_mut(&replica)
-                        .and_then(|r| r.exact.as_mut()),
-                    &mut self.forests,
-                ) else {
+                let Some((e, forests)) = self.exact_with_forests(replica) else {
                     return;
                 };
-                MemberMirror {
-                    forest: &mut forests[e.forest],
-                    member: &mut e.member,
-                }
-                .cleared();
+                e.mirror(forests).cleared();
                 e.speculative.clear();
             }
             Command::SetSynced { replica, synced } => {
