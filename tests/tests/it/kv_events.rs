@@ -294,17 +294,31 @@ fn siblings_of_a_new_long_prompt_sent_before_its_events_find_each_other() {
                   prompt already is. "
         .repeat(40);
     let started = std::time::Instant::now();
-    let threads: Vec<_> = (0..10)
-        .map(|i| {
-            let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
-                {"role": "system", "content": prefix},
-                {"role": "user", "content": format!("sibling {i}")}]});
-            let addr = gw.addr;
-            // Ten siblings a few milliseconds apart: all routed while the first still prefills.
-            std::thread::sleep(Duration::from_millis(3));
-            std::thread::spawn(move || send(&mut connect(addr), &body))
-        })
-        .collect();
+    let sibling = |i: usize| {
+        let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
+            {"role": "system", "content": prefix},
+            {"role": "user", "content": format!("sibling {i}")}]});
+        let addr = gw.addr;
+        std::thread::spawn(move || send(&mut connect(addr), &body))
+    };
+    // The first is routed (its speculative entry made) before the others leave, so a loaded
+    // machine scheduling the client threads late cannot send two of them at once.
+    let mut threads = vec![sibling(0)];
+    let inserted = || {
+        (0..3)
+            .map(|i| index_row(&gw, &format!("sim-{i}"))["speculative"]["inserted"].as_u64())
+            .map(|n| n.unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || inserted() >= 1),
+        "the first sibling was routed"
+    );
+    // Nine more a few milliseconds apart: all routed while the first still prefills.
+    for i in 1..10 {
+        std::thread::sleep(Duration::from_millis(3));
+        threads.push(sibling(i));
+    }
     let results: Vec<Sent> = threads
         .into_iter()
         .map(|t| t.join().expect("request thread"))
