@@ -529,6 +529,8 @@ struct Shard {
     forests: Vec<Forest>,
     /// A lookup's walk, kept so its path buffer is reused.
     walk: Walk,
+    /// A lookup's members asked per forest, kept so it is not allocated per lookup.
+    asked: Vec<(u64, u64)>,
     default_capacity: usize,
 }
 
@@ -538,6 +540,7 @@ impl Shard {
             replicas: HashMap::new(),
             forests: Vec::new(),
             walk: Walk::default(),
+            asked: Vec::new(),
             default_capacity,
         }
     }
@@ -616,7 +619,9 @@ impl Shard {
     ) -> LookupPart {
         let mut answers = Vec::with_capacity(replicas.len());
         // Members asked per forest, and those with speculative blocks (they need the path).
-        let mut asked: Vec<(u64, u64)> = vec![(0, 0); self.forests.len()];
+        let mut asked = std::mem::take(&mut self.asked);
+        asked.clear();
+        asked.resize(self.forests.len(), (0, 0));
         for &(position, key) in replicas {
             let Some(r) = self.replicas.get_mut(&key) else {
                 answers.push((position, HeldBlocks::default()));
@@ -660,6 +665,7 @@ impl Shard {
                 }
             }
         }
+        self.asked = asked;
         answers
     }
 
