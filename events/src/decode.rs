@@ -470,22 +470,7 @@ mod tests {
         let d = decode_batch(w.as_bytes()).unwrap();
         let want = batch(
             vec![
-                WireEvent::BlockStored(BlockStored {
-                    block_hashes: vec![ExternalBlockHash::Int(11)],
-                    parent_block_hash: None,
-                    token_ids: vec![5, 6],
-                    block_size: 2,
-                    lora_id: None,
-                    medium: Some("GPU".into()),
-                    lora_name: None,
-                    extra_keys: None,
-                    group_idx: None,
-                    kv_cache_spec_kind: None,
-                    kv_cache_spec_sliding_window: None,
-                    locality: None,
-                    ownership: None,
-                    session_id: None,
-                }),
+                WireEvent::BlockStored(BlockStored::gpu([11], None, vec![5, 6], 2)),
                 WireEvent::BlockRemoved(BlockRemoved {
                     block_hashes: vec![ExternalBlockHash::Int(11)],
                     medium: None,

@@ -14,10 +14,13 @@
 
 #[path = "support/counting.rs"]
 mod counting;
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/timing.rs"]
 mod timing;
 
 use counting::ALLOCATED;
+use fleet::{held_prefixes, PROMPT_BLOCKS, REPLICAS};
 use timing::{percentiles, report, Rng};
 
 use inferrail_shards::index::{HeldBlocks, IndexConfig, IndexShards, LookupReply, ReplicaBlocks};
@@ -26,28 +29,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-const REPLICAS: usize = 64;
-const PROMPT_BLOCKS: usize = 512;
 const BLOCK_SIZE: usize = 16;
 const BACKGROUND_CAPACITY: usize = 16_384;
-
-/// How many leading blocks of the asked prompt each replica holds, per scenario.
-fn held_prefixes(scenario: &str, rng: &mut Rng) -> Vec<usize> {
-    (0..REPLICAS)
-        .map(|r| match scenario {
-            "cold" => 0,
-            "all" => PROMPT_BLOCKS,
-            // A realistic fleet: a quarter cold, a quarter with the 32-block system prompt, a
-            // quarter somewhere in the conversation, a quarter holding all of it.
-            _ => match r % 4 {
-                0 => 0,
-                1 => 32,
-                2 => (rng.next() % PROMPT_BLOCKS as u64) as usize,
-                _ => PROMPT_BLOCKS,
-            },
-        })
-        .collect()
-}
 
 /// 64 shadows, each filled with background prompts, then each asked prompt's held prefix
 /// (`held[p][r]`: blocks of prompt `p` that replica `r` holds).

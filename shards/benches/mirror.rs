@@ -19,10 +19,13 @@
 
 #[path = "support/counting.rs"]
 mod counting;
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/timing.rs"]
 mod timing;
 
 use counting::ALLOCATED;
+use fleet::{held_prefixes, PROMPT_BLOCKS, REPLICAS};
 use timing::{report, Rng};
 
 use inferrail_events::{BlockRemoved, BlockStored, KvEventBatch, WireEvent};
@@ -37,8 +40,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MODEL: &str = "bench-model";
-const REPLICAS: usize = 64;
-const PROMPT_BLOCKS: usize = 512;
 const BLOCK_SIZE: usize = 16;
 const CAPACITY: usize = 16_384;
 /// Blocks per BlockStored run (and per BlockRemoved) in the throughput figure.
@@ -222,24 +223,6 @@ fn bench_apply(n: usize) {
         events,
         threaded,
     );
-}
-
-/// How many leading blocks of the asked prompt each replica holds, per scenario.
-fn held_prefixes(scenario: &str, rng: &mut Rng) -> Vec<usize> {
-    (0..REPLICAS)
-        .map(|r| match scenario {
-            "cold" => 0,
-            "all" => PROMPT_BLOCKS,
-            // A realistic fleet: a quarter cold, a quarter with the 32-block system prompt, a
-            // quarter somewhere in the conversation, a quarter holding all of it.
-            _ => match r % 4 {
-                0 => 0,
-                1 => 32,
-                2 => (rng.next() % PROMPT_BLOCKS as u64) as usize,
-                _ => PROMPT_BLOCKS,
-            },
-        })
-        .collect()
 }
 
 /// Stores the first `blocks` blocks of `tokens` as the engine would: runs of at most 64 blocks,

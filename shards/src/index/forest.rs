@@ -622,7 +622,8 @@ impl Forest {
 
     /// Walks `prompt` (a request's chain) for the members in `mask`, and keeps walking past
     /// where they all stop while members in `keep_path` may need the path (their speculative
-    /// blocks can bridge a hole). Fills `out` for the bits of `mask`.
+    /// blocks can bridge a hole). Fills `out` for the bits of `mask`; records the path
+    /// ([`Walk::gpu_at`], [`Walk::held_at`]) only when `keep_path` is not empty.
     pub fn walk(&self, prompt: &[BlockHash], mask: u64, keep_path: u64, out: &mut Walk) {
         out.path.clear();
         let mut m = mask;
@@ -685,13 +686,16 @@ impl Forest {
                     out.storage[b] += matched as u32;
                 }
             }
-            out.path.push(PathNode {
-                start: depth as u32,
-                len: matched as u32,
-                gpu: h.gpu,
-                fast: h.gpu | h.cpu,
-                any: h.any(),
-            });
+            // Only a member with speculative blocks reads the path (no allocation otherwise).
+            if keep_path != 0 {
+                out.path.push(PathNode {
+                    start: depth as u32,
+                    len: matched as u32,
+                    gpu: h.gpu,
+                    fast: h.gpu | h.cpu,
+                    any: h.any(),
+                });
+            }
             depth += matched;
             if matched < node.edge.len() {
                 break;
