@@ -55,7 +55,7 @@ doc:
 	$(CARGO) test --workspace --doc
 
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p inferrail-sync --release --test loom_mailbox --test loom_doorbell --test loom_reply --test loom_fleet --test loom_ledger
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p inferrail-sync --release --test loom_mailbox --test loom_doorbell --test loom_reply --test loom_fleet --test loom_ledger --test loom_seq_cell
 
 build:
 	$(CARGO) build --release -p inferrail-control -p inferrail-tools -p inferrail-sim -p inferrail-bench

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest the tick loop sleeps: SIGHUP and discovery results are noticed within this.
-/// Ejection ends, the periodic publish and config-file polls wake it at their own deadlines.
+/// Ejection ends and config-file polls wake it at their own deadlines.
 pub const MAX_TICK_GAP: Duration = Duration::from_millis(100);
 
 /// What the control thread runs with.
@@ -108,8 +108,7 @@ async fn tick_loop(
     loop {
         let next = {
             let c = ctl.borrow();
-            let refresh = c.store.config().load.scrape_interval;
-            let next = c.next_tick(Instant::now(), refresh, MAX_TICK_GAP);
+            let next = c.next_tick(Instant::now(), MAX_TICK_GAP);
             poller.next_due().map_or(next, |due| next.min(due))
         };
         monoio::select! {
@@ -139,7 +138,6 @@ async fn tick_loop(
             let interval = c.store.config().server.reload_interval;
             poller.set_interval(interval, now);
         }
-        let refresh = c.store.config().load.scrape_interval;
-        c.tick(now, refresh);
+        c.tick(now);
     }
 }

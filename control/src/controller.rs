@@ -22,7 +22,7 @@ use crate::observe::shadow::ShadowHandle;
 use inferrail_config::{Config, Problem, Problems};
 use inferrail_dataplane::core_stats::{BrainStats, CoreStats, PredictionStats};
 use inferrail_dataplane::doorbell::Doorbell;
-use inferrail_dataplane::fleet::FleetClock;
+use inferrail_dataplane::fleet::{EngineSample, FleetClock};
 use inferrail_dataplane::metrics::ReplicaGauges;
 use inferrail_dataplane::metrics::{MetricsEpoch, MetricsHistory, MetricsLayout};
 use inferrail_dataplane::predict::Predictor;
@@ -446,11 +446,11 @@ impl Controller {
     }
 
     /// When the tick loop must run [`Controller::tick`] next, given it is `now`: the next
-    /// ejection end, the periodic publish one `refresh` after the last one, or `now + max_gap`,
-    /// whichever comes first.
-    pub fn next_tick(&self, now: Instant, refresh: Duration, max_gap: Duration) -> Instant {
-        let publish = self.current.built + refresh;
-        let mut next = (now + max_gap).min(publish);
+    /// ejection end or `now + max_gap`, whichever comes first. Nothing is published on a timer:
+    /// what changes routing without an event (the load, the engines' readings) is read by the
+    /// cores from shared cells (ADR 016, ADR 022).
+    pub fn next_tick(&self, now: Instant, max_gap: Duration) -> Instant {
+        let mut next = now + max_gap;
         if let Some(ejection_end) = self.book.health.next_deadline() {
             next = next.min(ejection_end);
         }
@@ -479,6 +479,17 @@ impl Controller {
                         let _ = p.index().set_capacity(key, usable as usize);
                     }
                 }
+                Effect::Reading { key, report } => {
+                    if let Some(member) = self.registry.get(key) {
+                        member.spec.engine.store(&EngineSample {
+                            running: report.running,
+                            waiting: report.waiting,
+                            kv_cache_usage: report.kv_cache_usage,
+                            received_micros: self.observers.fleet_clock.micros(report.received),
+                            own_in_flight: report.own_in_flight,
+                        });
+                    }
+                }
                 Effect::Publish => publish = true,
             }
         }
@@ -488,9 +499,9 @@ impl Controller {
         any
     }
 
-    /// Periodic work: ejection expiry, discovery results, and a publish that refreshes the cores'
-    /// view of each other's load when the last one is older than `refresh`.
-    pub fn tick(&mut self, now: Instant, refresh: Duration) {
+    /// Periodic work: ejection expiry, discovery results, stale KV event streams; a publish only
+    /// when one of them changed what the cores route by.
+    pub fn tick(&mut self, now: Instant) {
         if self.kv_streams.any_stale() {
             let sink = self.sources_sink();
             self.kv_streams.rediscover_stale(&sink);
@@ -504,7 +515,7 @@ impl Controller {
                 .update(wanted_members(self.statics.clone(), &self.discovered));
             dirty |= self.membership_changed(&changes);
         }
-        if dirty || now.saturating_duration_since(self.current.built) >= refresh {
+        if dirty {
             self.publish();
         }
     }
@@ -713,7 +724,6 @@ impl Controller {
                 let live = ReplicaLive {
                     routable: self.book.health.routable(key, now),
                     failure_streak: self.book.health.failure_streak(key) > 0,
-                    report: self.book.facts(key).and_then(|f| f.report),
                 };
                 (m.spec.clone(), live)
             })

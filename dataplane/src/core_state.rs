@@ -204,15 +204,9 @@ pub struct CoreView {
 impl CoreView {
     /// [`CoreView::candidates_into`] into a fresh vector.
     #[cfg(test)]
-    pub fn candidates(
-        &self,
-        model: usize,
-        tried: &[usize],
-        now: Instant,
-        fleet_now: u64,
-    ) -> Vec<Candidate> {
+    pub fn candidates(&self, model: usize, tried: &[usize], fleet_now: u64) -> Vec<Candidate> {
         let mut candidates = Vec::new();
-        self.candidates_into(&mut candidates, model, tried, now, fleet_now);
+        self.candidates_into(&mut candidates, model, tried, fleet_now);
         candidates
     }
 
@@ -229,12 +223,11 @@ impl CoreView {
         out: &mut Vec<Candidate>,
         model: usize,
         tried: &[usize],
-        now: Instant,
         fleet_now: u64,
     ) {
         out.clear();
         out.extend(
-            offers::offers(&self.snap, model, now, fleet_now).filter_map(|(_, offer)| offer.ok()),
+            offers::offers(&self.snap, model, fleet_now).filter_map(|(_, offer)| offer.ok()),
         );
         if out.iter().any(|c| !tried.contains(&c.replica)) {
             out.retain(|c| !tried.contains(&c.replica));
@@ -631,8 +624,9 @@ fn build_view(core: usize, snap: Arc<Snapshot>, old: Option<&CoreView>) -> CoreV
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::{EngineSample, SharedEngineReading};
     use crate::metrics::{MetricsEpoch, MetricsLayout};
-    use crate::snapshot::{ConfigPart, EngineReport, ReplicaLive, ReplicaSpec};
+    use crate::snapshot::{ConfigPart, ReplicaLive, ReplicaSpec};
     use std::time::Duration;
 
     const CONFIG: &str = "\
@@ -655,6 +649,7 @@ replicas:
             max_pending: 100,
             kv_capacity_blocks: None,
             ledger: SharedLedger::new(),
+            engine: SharedEngineReading::new(),
         }
     }
 
@@ -680,37 +675,34 @@ replicas:
         ))
     }
 
-    pub(super) fn live(routable: bool, report: Option<EngineReport>) -> ReplicaLive {
+    pub(super) fn live(routable: bool) -> ReplicaLive {
         ReplicaLive {
             routable,
             failure_streak: false,
-            report,
         }
     }
 
-    pub(super) fn report(received: Instant, running: f64) -> EngineReport {
-        EngineReport {
+    /// `spec` with its engine's reading written as the control thread writes it after a scrape.
+    pub(super) fn reported(spec: ReplicaSpec, received_micros: u64, running: f64) -> ReplicaSpec {
+        spec.engine.store(&EngineSample {
             running,
             waiting: 0.0,
             kv_cache_usage: 0.5,
-            prefix_cache_queries: 0.0,
-            prefix_cache_hits: 0.0,
-            preemptions: 0.0,
-            kv_capacity_blocks: None,
-            received,
+            received_micros,
             own_in_flight: 0,
-        }
+        });
+        spec
     }
 
     #[test]
     fn candidates_read_the_fleet_load_and_drop_stale_reports() {
-        let now = Instant::now();
+        let now_micros = 2_000_000;
         let snap = snapshot(
             vec![
-                (spec(1, "a"), live(true, Some(report(now, 3.0)))),
+                (reported(spec(1, "a"), now_micros, 3.0), live(true)),
                 (
-                    spec(2, "b"),
-                    live(true, Some(report(now - Duration::from_secs(1), 9.0))),
+                    reported(spec(2, "b"), now_micros - 1_000_000, 9.0),
+                    live(true),
                 ),
             ],
             1,
@@ -718,8 +710,10 @@ replicas:
         // Every count comes from the replica's one ledger: the one request admitted here is in
         // flight, waiting for its head, and holds its prompt tokens and prefill.
         let view = build_view(0, snap, None);
-        let _slot = view.acquire(0, 100, 0.25, FleetClock::start(), 0).unwrap();
-        let c = view.candidates(0, &[], now, 0);
+        let _slot = view
+            .acquire(0, 100, 0.25, FleetClock::start(), now_micros)
+            .unwrap();
+        let c = view.candidates(0, &[], now_micros);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1, 1));
         assert!(
@@ -741,12 +735,8 @@ replicas:
 
     #[test]
     fn replicas_out_of_rotation_are_skipped_and_their_waiters_woken() {
-        let now = Instant::now();
         let first = snapshot(
-            vec![
-                (spec(1, "a"), live(true, None)),
-                (spec(2, "b"), live(true, None)),
-            ],
+            vec![(spec(1, "a"), live(true)), (spec(2, "b"), live(true))],
             1,
         );
         let view = build_view(0, first, None);
@@ -763,10 +753,7 @@ replicas:
         }
         assert_eq!(a.waiting(), 1);
         let second = snapshot(
-            vec![
-                (spec(1, "a"), live(false, None)),
-                (spec(2, "b"), live(true, None)),
-            ],
+            vec![(spec(1, "a"), live(false)), (spec(2, "b"), live(true))],
             2,
         );
         let next = build_view(0, second, Some(&view));
@@ -775,7 +762,7 @@ replicas:
             "the replica keeps its state by key"
         );
         assert!(left.as_mut().poll(&mut cx).is_ready());
-        let c = next.candidates(0, &[], now, 0);
+        let c = next.candidates(0, &[], 0);
         assert_eq!(c.iter().map(|c| c.replica).collect::<Vec<_>>(), vec![1]);
     }
 
@@ -783,10 +770,7 @@ replicas:
     fn policy_objects_survive_snapshots_that_keep_their_settings() {
         let snap = |generation| {
             snapshot(
-                vec![
-                    (spec(1, "a"), live(true, None)),
-                    (spec(2, "b"), live(true, None)),
-                ],
+                vec![(spec(1, "a"), live(true)), (spec(2, "b"), live(true))],
                 generation,
             )
         };
@@ -794,7 +778,7 @@ replicas:
         let v2 = build_view(0, snap(2), Some(&v1));
         assert!(Rc::ptr_eq(&v1.arms[0][0], &v2.arms[0][0]));
         let mut rng = Rng::new(1);
-        let c = v2.candidates(0, &[], Instant::now(), 0);
+        let c = v2.candidates(0, &[], 0);
         let fleet = facts();
         let params = inferrail_routing::BrainParams::default();
         let input = RouteInput {
@@ -819,7 +803,7 @@ replicas:
 mod explain_agreement {
     //! The admin's explain offers exactly the candidates an idle data core offers, so explaining
     //! a request decides what routing it would.
-    use super::tests::{live, report, snapshot, spec};
+    use super::tests::{live, reported, snapshot, spec};
     use super::*;
     use crate::offers::offers;
     use crate::snapshot::{ReplicaLive, ReplicaSpec};
@@ -834,7 +818,7 @@ mod explain_agreement {
             seed in any::<u64>(),
             which in 0usize..7,
         ) {
-            let now = Instant::now();
+            let now_micros = 1_000_000;
             let replicas: Vec<(ReplicaSpec, ReplicaLive)> = loads
                 .iter()
                 .enumerate()
@@ -844,14 +828,14 @@ mod explain_agreement {
                         let admitted = s.ledger.try_admit(100, a, 0, 10_000);
                         std::mem::forget(admitted);
                     }
-                    (s, live(routable, Some(report(now, f64::from(a + b)))))
+                    (reported(s, now_micros, f64::from(a + b)), live(routable))
                 })
                 .collect();
             let snap = snapshot(replicas, 1);
             // Any core's view reads the same ledgers explain reads.
             let view = build_view(2, snap.clone(), None);
-            let routed = view.candidates(0, &[], now, 0);
-            let explained: Vec<Candidate> = offers(&snap, 0, now, 0)
+            let routed = view.candidates(0, &[], now_micros);
+            let explained: Vec<Candidate> = offers(&snap, 0, now_micros)
                 .filter_map(|(_, o)| o.ok())
                 .collect();
             prop_assert_eq!(&routed, &explained);

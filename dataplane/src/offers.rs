@@ -7,15 +7,14 @@
 use crate::snapshot::{ReplicaEntry, Snapshot};
 use inferrail_routing::offer::{self, EngineReading, LoadReading};
 use inferrail_routing::Candidate;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The candidate for replica `index` (its snapshot `entry`) at `now`: its ledger's fleet-wide
-/// load (in flight, waiting for a head, prompt tokens, queued prefill at `fleet_now`) and the
-/// engine's report while it is younger than `max_age`.
+/// The candidate for replica `index` (its snapshot `entry`) at `fleet_now`: its ledger's
+/// fleet-wide load (in flight, waiting for a head, prompt tokens, queued prefill) and the
+/// engine's latest reading while it is at most `max_age` old.
 pub fn candidate(
     index: usize,
     entry: &ReplicaEntry,
-    now: Instant,
     max_age: Duration,
     fleet_now: u64,
 ) -> Candidate {
@@ -26,11 +25,11 @@ pub fn candidate(
         prompt_tokens: reading.prompt_tokens,
         queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
     };
-    let engine = entry.live.report.map(|rep| EngineReading {
+    let engine = entry.spec.engine.latest().map(|rep| EngineReading {
         running: rep.running,
         waiting: rep.waiting,
         kv_cache_usage: rep.kv_cache_usage,
-        age: now.saturating_duration_since(rep.received),
+        age: Duration::from_micros(fleet_now.saturating_sub(rep.received_micros)),
         own_in_flight: rep.own_in_flight,
     });
     offer::candidate(index, entry.spec.key, load, engine, max_age)
@@ -63,7 +62,6 @@ impl NotOffered {
 pub fn offers(
     snap: &Snapshot,
     model: usize,
-    now: Instant,
     fleet_now: u64,
 ) -> impl Iterator<Item = (usize, Result<Candidate, NotOffered>)> + '_ {
     let max_age = snap.settings.max_report_age;
@@ -74,7 +72,7 @@ pub fn offers(
         } else if entry.spec.ledger.in_flight() >= entry.spec.max_concurrency {
             Err(NotOffered::AtCapacity)
         } else {
-            Ok(candidate(i, entry, now, max_age, fleet_now))
+            Ok(candidate(i, entry, max_age, fleet_now))
         };
         Some((i, offer))
     })

@@ -202,7 +202,7 @@ impl Driver<'_> {
             Raced::Done(()) => {
                 let now = Instant::now();
                 let fleet_now = self.ctx.fleet_clock.micros(now);
-                if has_room(self.view, self.req.model, now, fleet_now) {
+                if has_room(self.view, self.req.model, fleet_now) {
                     self.waiting_for_slot = false;
                     self.ex.handle(Event::SlotFreed, now);
                 }
@@ -416,7 +416,7 @@ fn route(
         mut candidates,
         rows,
     } = ctx.take_route_bufs();
-    view.candidates_into(&mut candidates, req.model, ex.tried(), now, fleet_now);
+    view.candidates_into(&mut candidates, req.model, ex.tried(), fleet_now);
     let params = &view.snap.models[req.model].brain;
     prediction.annotate(&mut candidates, &params.cost);
     if candidates.is_empty() {
@@ -486,7 +486,7 @@ fn no_candidate(
     now: Instant,
     fleet_now: u64,
 ) {
-    let mut why = why_no_candidate(view, model, now, fleet_now);
+    let mut why = why_no_candidate(view, model, fleet_now);
     if why == NoCandidate::AtCapacity {
         if queued.is_none() {
             *queued = view.enqueue(model);
@@ -501,15 +501,15 @@ fn no_candidate(
 
 /// Whether a replica of `model` would be offered now (in rotation, under its
 /// `max_concurrency`).
-fn has_room(view: &CoreView, model: usize, now: Instant, fleet_now: u64) -> bool {
-    offers::offers(&view.snap, model, now, fleet_now).any(|(_, o)| o.is_ok())
+fn has_room(view: &CoreView, model: usize, fleet_now: u64) -> bool {
+    offers::offers(&view.snap, model, fleet_now).any(|(_, o)| o.is_ok())
 }
 
 /// What refused a request that found no candidate: no replica, none in rotation, or every one
 /// in rotation at its `max_concurrency` (the caller then tries their queues).
-fn why_no_candidate(view: &CoreView, model: usize, now: Instant, fleet_now: u64) -> NoCandidate {
+fn why_no_candidate(view: &CoreView, model: usize, fleet_now: u64) -> NoCandidate {
     let mut why = NoCandidate::NoReplicas;
-    for (_, offer) in offers::offers(&view.snap, model, now, fleet_now) {
+    for (_, offer) in offers::offers(&view.snap, model, fleet_now) {
         match offer {
             Err(NotOffered::OutOfRotation) if why == NoCandidate::NoReplicas => {
                 why = NoCandidate::OutOfRotation

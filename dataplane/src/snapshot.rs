@@ -1,7 +1,7 @@
 //! The immutable fleet state every core routes from. The control thread builds one per config
 //! generation and broadcasts it; a request reads one snapshot from start to end.
 
-use crate::fleet::SharedLedger;
+use crate::fleet::{SharedEngineReading, SharedLedger};
 use crate::metrics::{MetricsEpoch, MetricsLayout};
 use crate::predict::PredictionLimits;
 use inferrail_config::{Config, PolicyKind};
@@ -109,30 +109,9 @@ pub struct ReplicaSpec {
     pub kv_capacity_blocks: Option<u64>,
     /// Its one load ledger, shared by every core and kept while the key stays.
     pub ledger: SharedLedger,
-}
-
-/// An engine's own load, from its latest `/metrics` page.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EngineReport {
-    /// Requests the engine is running (all data-parallel ranks).
-    pub running: f64,
-    /// Requests waiting in the engine's queue.
-    pub waiting: f64,
-    /// KV cache usage, 0..=1.
-    pub kv_cache_usage: f64,
-    /// Prefix cache queries (tokens, cumulative).
-    pub prefix_cache_queries: f64,
-    /// Prefix cache hits (tokens, cumulative).
-    pub prefix_cache_hits: f64,
-    /// Preemptions (cumulative).
-    pub preemptions: f64,
-    /// KV capacity in blocks, when the engine says.
-    pub kv_capacity_blocks: Option<u64>,
-    /// When the page was received.
-    pub received: Instant,
-    /// The gateway's own requests in flight to the replica when the page was received (every
-    /// core's, from its ledger): what of `running + waiting` is this gateway's.
-    pub own_in_flight: u32,
+    /// Its engine's latest reading for routing, written by the control thread after each
+    /// scrape, read by every core; kept while the key stays.
+    pub engine: SharedEngineReading,
 }
 
 /// What the control thread knows of a replica right now.
@@ -143,8 +122,6 @@ pub struct ReplicaLive {
     /// The control thread counts an open streak of failed requests: cores report successes too
     /// until it closes.
     pub failure_streak: bool,
-    /// The engine's latest readable report, if any.
-    pub report: Option<EngineReport>,
 }
 
 /// A replica (one engine endpoint) in a snapshot.
@@ -374,6 +351,7 @@ impl Snapshot {
                         max_pending: r.max_pending,
                         kv_capacity_blocks: r.kv_capacity_blocks,
                         ledger: SharedLedger::new(),
+                        engine: SharedEngineReading::new(),
                     },
                     ReplicaLive {
                         routable: true,

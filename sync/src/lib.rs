@@ -6,7 +6,8 @@
 //! lock-free [`AtomicWaker`]); [`Reply`], a one-shot answer from a worker thread to a core; and the fleet-wide routing facts every
 //! core shares: [`ReplicaLedger`] (a replica's load, counted once for every core, with the
 //! breaker caps held exactly), [`PrefillQueue`] (a replica's queued prefill), [`SessionTable`] (where each
-//! conversation last went) and [`DemandSketch`] (recent prefill demand per root prefix), and the [`BlockHash`] those facts and the KV index
+//! conversation last went), [`DemandSketch`] (recent prefill demand per root prefix) and [`SeqCell`] (each engine's latest reading, written
+//! by the control thread after a scrape), and the [`BlockHash`] those facts and the KV index
 //! are keyed by. It is kept tiny and dependency-free so its loom model (`RUSTFLAGS="--cfg loom"`)
 //! builds in seconds. It must never block, spin on another thread, or allocate on the take path.
 #![deny(rust_2018_idioms)]
@@ -25,6 +26,7 @@ mod mailbox;
 mod padded;
 mod prefill_queue;
 mod reply;
+mod seq_cell;
 mod session_table;
 
 pub use atomic_waker::AtomicWaker;
@@ -36,6 +38,7 @@ pub use mailbox::Mailbox;
 pub use padded::CachePadded;
 pub use prefill_queue::PrefillQueue;
 pub use reply::{reply_channel, Reply, ReplySender};
+pub use seq_cell::{SeqCell, READ_TRIES};
 pub use session_table::SessionTable;
 
 #[cfg(loom)]

@@ -77,7 +77,7 @@ pub fn explain(
     let now = Instant::now();
     let fleet = &ctl.observers.fleet;
     let fleet_now = ctl.observers.fleet_clock.micros(now);
-    let offered: Vec<_> = offers(&snap, model, now, fleet_now).collect();
+    let offered: Vec<_> = offers(&snap, model, fleet_now).collect();
     let mut candidates: Vec<Candidate> = offered
         .iter()
         .filter_map(|(_, o)| o.as_ref().ok().copied())

@@ -9,9 +9,33 @@ use crate::fleet::engine_load::EngineLoad;
 use crate::fleet::health::{HealthBook, HealthChange};
 use crate::fleet::scrape::ScrapeOutcome;
 use inferrail_dataplane::reports::ReplicaReport;
-use inferrail_dataplane::snapshot::EngineReport;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// An engine's own load, from its latest `/metrics` page: what the admin API and metrics show;
+/// routing reads its [`Effect::Reading`] part from the replica's shared cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineReport {
+    /// Requests the engine is running (all data-parallel ranks).
+    pub running: f64,
+    /// Requests waiting in the engine's queue.
+    pub waiting: f64,
+    /// KV cache usage, 0..=1.
+    pub kv_cache_usage: f64,
+    /// Prefix cache queries (tokens, cumulative).
+    pub prefix_cache_queries: f64,
+    /// Prefix cache hits (tokens, cumulative).
+    pub prefix_cache_hits: f64,
+    /// Preemptions (cumulative).
+    pub preemptions: f64,
+    /// KV capacity in blocks, when the engine says.
+    pub kv_capacity_blocks: Option<u64>,
+    /// When the page was received.
+    pub received: Instant,
+    /// The gateway's own requests in flight to the replica when the page was received (every
+    /// core's, from its ledger): what of `running + waiting` is this gateway's.
+    pub own_in_flight: u32,
+}
 
 /// How the last scrape of a replica went.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +88,7 @@ impl Default for ReplicaFacts {
 }
 
 /// What the shell must do after an event, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Log this line about replica `key` (the shell prefixes the replica's id).
     Log {
@@ -82,7 +106,15 @@ pub enum Effect {
         /// Usable blocks (vLLM's pool counts a null block that never holds a prompt).
         usable: u64,
     },
-    /// Routing changed (health, a fresh report): build and publish a snapshot.
+    /// A readable scrape: write the routing part of this report into the replica's shared
+    /// reading, which every core reads at decision time (no snapshot is published for it).
+    Reading {
+        /// The replica.
+        key: u64,
+        /// The report.
+        report: EngineReport,
+    },
+    /// Routing changed (health, membership): build and publish a snapshot.
     Publish,
 }
 
@@ -159,7 +191,8 @@ impl ReplicaBook {
                         || load.prefix_cache_hits < prev.prefix_cache_hits
                 });
                 let capacity = load.kv_capacity_blocks;
-                facts.report = Some(report_of(&load, finished, own_in_flight));
+                let report = report_of(&load, finished, own_in_flight);
+                facts.report = Some(report);
                 facts.engine = Some(load.engine.as_str());
                 facts.scrape = ScrapeState::Ok;
                 facts.scrapes[0] += 1;
@@ -175,6 +208,7 @@ impl ReplicaBook {
                 if let (Some(blocks), None) = (capacity, configured_blocks) {
                     effects.extend(self.capacity(key, blocks));
                 }
+                effects.push(Effect::Reading { key, report });
             }
             ScrapeOutcome::Unreadable(why) => {
                 facts.scrape = ScrapeState::Unreadable(why);
@@ -185,7 +219,6 @@ impl ReplicaBook {
                 facts.scrapes[2] += 1;
             }
         }
-        effects.push(Effect::Publish);
         effects
     }
 
@@ -294,7 +327,7 @@ impl ReplicaBook {
     }
 }
 
-/// The snapshot's engine report of a parsed metrics page received at `received`.
+/// The engine report of a parsed metrics page received at `received`.
 fn report_of(load: &EngineLoad, received: Instant, own_in_flight: u32) -> EngineReport {
     EngineReport {
         running: load.running,
@@ -350,25 +383,40 @@ mod tests {
             .collect()
     }
 
+    /// The effects without their reports, for comparison.
+    fn kinds(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::Reading { key, .. } => format!("reading {key}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_readable_scrape_is_published_and_its_capacity_sized_once() {
+    fn a_readable_scrape_is_read_by_routing_and_its_capacity_sized_once() {
         let mut b = book(&[1]);
         let t = Instant::now();
         let e = b.on_scrape(1, page(10.0, 5.0, Some(101)), t, None, 0);
         assert_eq!(
-            e,
-            vec![
-                Effect::IndexCapacity {
-                    key: 1,
-                    usable: 100
-                },
-                Effect::Publish
-            ]
+            kinds(&e),
+            ["IndexCapacity { key: 1, usable: 100 }", "reading 1"],
+            "a scrape publishes no snapshot"
         );
         assert_eq!(b.facts(1).map(|f| f.scrapes), Some([1, 0, 0]));
         // The same capacity again: the index hears nothing new.
-        let e = b.on_scrape(1, page(11.0, 6.0, Some(101)), t, None, 0);
-        assert_eq!(e, vec![Effect::Publish]);
+        let e = b.on_scrape(1, page(11.0, 6.0, Some(101)), t, None, 3);
+        match e.as_slice() {
+            [Effect::Reading { key: 1, report }] => {
+                assert_eq!(
+                    report.running,
+                    b.facts(1).and_then(|f| f.report).unwrap().running
+                );
+                assert_eq!((report.received, report.own_in_flight), (t, 3));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -380,8 +428,8 @@ mod tests {
         );
         let e = b.on_scrape(1, page(1.0, 0.0, Some(900)), Instant::now(), Some(50), 0);
         assert_eq!(
-            e,
-            vec![Effect::Publish],
+            kinds(&e),
+            ["reading 1"],
             "the engine's 900 blocks are ignored"
         );
         assert_eq!(b.facts(1).and_then(|f| f.index_capacity), Some(50));
@@ -404,25 +452,32 @@ mod tests {
         let e = b.on_scrape(1, page(3.0, 1.0, None), t, None, 0);
         assert_eq!(e[0], Effect::IndexClear(1));
         assert!(logs(&e)[0].contains("engine restart"), "{e:?}");
-        assert_eq!(e.last(), Some(&Effect::Publish));
+        assert!(
+            matches!(e.last(), Some(Effect::Reading { key: 1, .. })),
+            "{e:?}"
+        );
     }
 
     #[test]
-    fn failed_and_unreadable_scrapes_are_counted_and_published() {
+    fn failed_and_unreadable_scrapes_are_counted_and_leave_routing_alone() {
         let mut b = book(&[1]);
         let t = Instant::now();
-        b.on_scrape(
+        b.on_scrape(1, page(1.0, 1.0, None), t, None, 0);
+        let e = b.on_scrape(
             1,
             ScrapeOutcome::Unreadable("no families".into()),
             t,
             None,
             0,
         );
+        // The last readable report stays where routing reads it, and ages out there.
+        assert!(e.is_empty(), "{e:?}");
+        assert!(b.facts(1).and_then(|f| f.report).is_some());
         assert_eq!(
             b.facts(1).map(|f| f.scrape.clone()),
             Some(ScrapeState::Unreadable("no families".into()))
         );
-        assert_eq!(b.facts(1).map(|f| f.scrapes), Some([0, 1, 0]));
+        assert_eq!(b.facts(1).map(|f| f.scrapes), Some([1, 1, 0]));
         // A scrape of a member the book does not know changes nothing.
         assert!(b.on_scrape(9, page(1.0, 1.0, None), t, None, 0).is_empty());
     }

@@ -4,7 +4,7 @@
 //! breaker counts and idle connections, and the health book keeps its health.
 
 use inferrail_config::{Config, KvEvents};
-use inferrail_dataplane::fleet::SharedLedger;
+use inferrail_dataplane::fleet::{SharedEngineReading, SharedLedger};
 use inferrail_dataplane::snapshot::ReplicaSpec;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -118,7 +118,7 @@ impl Registry {
             let existing = self.members.iter().find(|m| {
                 m.spec.id == w.id && m.spec.addr == w.addr && m.spec.authority == w.authority
             });
-            let (key, ledger) = match existing {
+            let (key, ledger, engine) = match existing {
                 Some(m) => {
                     if m.spec.models != w.models
                         || m.spec.max_concurrency != w.max_concurrency
@@ -129,13 +129,13 @@ impl Registry {
                     {
                         changes.updated.push(m.spec.key);
                     }
-                    (m.spec.key, m.spec.ledger.clone())
+                    (m.spec.key, m.spec.ledger.clone(), m.spec.engine.clone())
                 }
                 None => {
                     let key = self.next_key;
                     self.next_key += 1;
                     changes.added.push(key);
-                    (key, SharedLedger::new())
+                    (key, SharedLedger::new(), SharedEngineReading::new())
                 }
             };
             next.push(Member {
@@ -149,6 +149,7 @@ impl Registry {
                     max_pending: w.max_pending,
                     kv_capacity_blocks: w.kv_capacity_blocks,
                     ledger,
+                    engine,
                 },
                 source: w.source,
                 kv_events: w.kv_events,
