@@ -482,9 +482,9 @@ impl Controller {
                 Effect::Reading { key, report } => {
                     if let Some(member) = self.registry.get(key) {
                         member.spec.engine.store(&EngineSample {
-                            running: report.running,
-                            waiting: report.waiting,
-                            kv_cache_usage: report.kv_cache_usage,
+                            running: report.load.running,
+                            waiting: report.load.waiting,
+                            kv_cache_usage: report.load.kv_cache_usage,
                             received_micros: self.observers.fleet_clock.micros(report.received),
                             own_in_flight: report.own_in_flight,
                         });

@@ -45,14 +45,14 @@ pub fn replicas(ctl: &Controller, now: Instant) -> Value {
             let load = ctl.load_now(&r.spec.id);
             let engine = facts.report.map(|rep| {
                 json!({
-                    "engine": facts.engine,
-                    "running": rep.running,
-                    "waiting": rep.waiting,
-                    "kv_cache_usage": rep.kv_cache_usage,
-                    "prefix_cache_queries": rep.prefix_cache_queries,
-                    "prefix_cache_hits": rep.prefix_cache_hits,
-                    "preemptions": rep.preemptions,
-                    "kv_capacity_blocks": rep.kv_capacity_blocks,
+                    "engine": rep.load.engine.as_str(),
+                    "running": rep.load.running,
+                    "waiting": rep.load.waiting,
+                    "kv_cache_usage": rep.load.kv_cache_usage,
+                    "prefix_cache_queries": rep.load.prefix_cache_queries,
+                    "prefix_cache_hits": rep.load.prefix_cache_hits,
+                    "preemptions": rep.load.preemptions,
+                    "kv_capacity_blocks": rep.load.kv_capacity_blocks,
                     "age_ms": millis(now.saturating_duration_since(rep.received)),
                 })
             });
@@ -193,11 +193,11 @@ pub fn control_view(ctl: &Controller, now: Instant) -> ControlView {
                 ejections: facts.ejections,
                 scrapes: facts.scrapes,
                 engine: facts.report.map(|rep| EngineRow {
-                    running: rep.running,
-                    waiting: rep.waiting,
-                    kv_cache_usage: rep.kv_cache_usage,
-                    prefix_cache_queries: rep.prefix_cache_queries,
-                    prefix_cache_hits: rep.prefix_cache_hits,
+                    running: rep.load.running,
+                    waiting: rep.load.waiting,
+                    kv_cache_usage: rep.load.kv_cache_usage,
+                    prefix_cache_queries: rep.load.prefix_cache_queries,
+                    prefix_cache_hits: rep.load.prefix_cache_hits,
                     age_seconds: now.saturating_duration_since(rep.received).as_secs_f64(),
                 }),
             }

@@ -12,24 +12,13 @@ use inferrail_dataplane::reports::ReplicaReport;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// An engine's own load, from its latest `/metrics` page: what the admin API and metrics show;
-/// routing reads its [`Effect::Reading`] part from the replica's shared cell.
+/// An engine's own load, from its latest `/metrics` page, with when it arrived: what the admin
+/// API and metrics show; routing reads its [`Effect::Reading`] part from the replica's shared
+/// cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineReport {
-    /// Requests the engine is running (all data-parallel ranks).
-    pub running: f64,
-    /// Requests waiting in the engine's queue.
-    pub waiting: f64,
-    /// KV cache usage, 0..=1.
-    pub kv_cache_usage: f64,
-    /// Prefix cache queries (tokens, cumulative).
-    pub prefix_cache_queries: f64,
-    /// Prefix cache hits (tokens, cumulative).
-    pub prefix_cache_hits: f64,
-    /// Preemptions (cumulative).
-    pub preemptions: f64,
-    /// KV capacity in blocks, when the engine says.
-    pub kv_capacity_blocks: Option<u64>,
+    /// The page's figures.
+    pub load: EngineLoad,
     /// When the page was received.
     pub received: Instant,
     /// The gateway's own requests in flight to the replica when the page was received (every
@@ -55,8 +44,6 @@ pub enum ScrapeState {
 pub struct ReplicaFacts {
     /// Latest readable engine report.
     pub report: Option<EngineReport>,
-    /// Engine kind of the latest report (`vllm` / `sglang`).
-    pub engine: Option<&'static str>,
     /// Last scrape.
     pub scrape: ScrapeState,
     /// Scrapes by result: ok, unreadable, failed.
@@ -76,7 +63,6 @@ impl Default for ReplicaFacts {
     fn default() -> Self {
         ReplicaFacts {
             report: None,
-            engine: None,
             scrape: ScrapeState::Never,
             scrapes: [0; 3],
             ejections: 0,
@@ -187,13 +173,16 @@ impl ReplicaBook {
                 // Prefix cache counters going backwards: the engine restarted with an empty
                 // cache, so what the index remembers for it is gone.
                 let restarted = facts.report.is_some_and(|prev| {
-                    load.prefix_cache_queries < prev.prefix_cache_queries
-                        || load.prefix_cache_hits < prev.prefix_cache_hits
+                    load.prefix_cache_queries < prev.load.prefix_cache_queries
+                        || load.prefix_cache_hits < prev.load.prefix_cache_hits
                 });
                 let capacity = load.kv_capacity_blocks;
-                let report = report_of(&load, finished, own_in_flight);
+                let report = EngineReport {
+                    load,
+                    received: finished,
+                    own_in_flight,
+                };
                 facts.report = Some(report);
-                facts.engine = Some(load.engine.as_str());
                 facts.scrape = ScrapeState::Ok;
                 facts.scrapes[0] += 1;
                 if restarted {
@@ -327,21 +316,6 @@ impl ReplicaBook {
     }
 }
 
-/// The engine report of a parsed metrics page received at `received`.
-fn report_of(load: &EngineLoad, received: Instant, own_in_flight: u32) -> EngineReport {
-    EngineReport {
-        running: load.running,
-        waiting: load.waiting,
-        kv_cache_usage: load.kv_cache_usage,
-        prefix_cache_queries: load.prefix_cache_queries,
-        prefix_cache_hits: load.prefix_cache_hits,
-        preemptions: load.preemptions,
-        kv_capacity_blocks: load.kv_capacity_blocks,
-        received,
-        own_in_flight,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,8 +384,8 @@ mod tests {
         match e.as_slice() {
             [Effect::Reading { key: 1, report }] => {
                 assert_eq!(
-                    report.running,
-                    b.facts(1).and_then(|f| f.report).unwrap().running
+                    report.load.running,
+                    b.facts(1).and_then(|f| f.report).unwrap().load.running
                 );
                 assert_eq!((report.received, report.own_in_flight), (t, 3));
             }

@@ -66,7 +66,7 @@ impl EngineKind {
 }
 
 /// An engine's self-reported load, summed over its data-parallel ranks.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EngineLoad {
     /// The engine that produced the page.
     pub engine: EngineKind,
