@@ -10,7 +10,7 @@ use inferrail_routing::BrainParams;
 use inferrail_shards::fx::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Gateway settings a request needs, copied out of the config.
 #[derive(Debug, Clone)]
@@ -146,8 +146,6 @@ pub struct Snapshot {
     pub generation: u64,
     /// Generation of the config this snapshot was built from.
     pub config_generation: u64,
-    /// When the control thread built it.
-    pub built: Instant,
     /// Request handling settings.
     pub settings: Settings,
     /// Models, in config order.
@@ -320,7 +318,6 @@ impl Snapshot {
         Snapshot {
             generation,
             config_generation: part.generation,
-            built: Instant::now(),
             settings: part.settings.clone(),
             models,
             replicas,
