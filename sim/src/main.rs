@@ -40,6 +40,9 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --prefill-pair-secs B             prefill cost per (new token, context token) pair, b
                                     (default 3.3e-9)
   --prefill-fixed-secs D            prefill cost paid once per prompt, d (default 5e-3)
+  --time-scale S                    every modelled latency multiplied by S (> 0; default 1):
+                                    at 0.1 a workload sent at 10x its rate plays out as at
+                                    its rate, in a tenth of the time
   --seed N                          mixed into every request's sampler seed (default 0)
   --tokenizer DIR                   tokenize prompts with this tokenizer (a directory with
                                     tokenizer.json, an org/name in the local HF cache, or
@@ -49,8 +52,9 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
                                     ROUTER); keys: enable_kv_cache_events, publisher, endpoint,
                                     replay_endpoint, buffer_steps, hwm, max_queue_size, topic
   --scripted                        run the scripted test engine instead (only --host, --port,
-                                    --served-model-name and --zero-latency apply; without
-                                    --zero-latency it streams 16 tokens 20 ms apart)
+                                    --served-model-name, --zero-latency and --time-scale apply;
+                                    without --zero-latency it streams 16 tokens 20 ms apart,
+                                    times the time scale)
   -h, --help                        print this help
 
 environment:
@@ -135,6 +139,13 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             "--prefill-fixed-secs" => {
                 o.latency.prefill_fixed_secs = secs(&flag, &value(&flag)?)?;
             }
+            "--time-scale" => {
+                let v = value(&flag)?;
+                o.time_scale = match v.parse::<f64>() {
+                    Ok(x) if x.is_finite() && x > 0.0 => x,
+                    _ => return Err(format!("--time-scale: not a number above 0: {v}")),
+                };
+            }
             "--tokenizer" => o.tokenizer = Some(value(&flag)?),
             "--chat-template" => o.chat_template = Some(value(&flag)?),
             "--kv-events-config" => {
@@ -163,7 +174,7 @@ fn run_scripted(o: &SimOptions) -> ExitCode {
     } else {
         Behavior::Stream {
             chunks: 16,
-            interval: Duration::from_millis(20),
+            interval: Duration::from_millis(20).mul_f64(o.time_scale),
         }
     };
     let opts = EngineOptions {
@@ -375,6 +386,28 @@ mod tests {
             assert!(e.contains("--prefill-token-secs"), "{e}");
         }
         assert!(run(&["--prefill-pair-secs"]).is_err());
+        assert_eq!(a_default_scale(), 1.0);
+        let Ok(Command::Run(a)) = run(&["--time-scale", "0.1"]) else {
+            panic!()
+        };
+        assert_eq!(a.time_scale, 0.1);
+        assert_eq!(a.latency, inferrail_sim::engine::LatencyModel::default());
+        assert_eq!(
+            a.effective_latency(),
+            inferrail_sim::engine::LatencyModel::default().scaled(0.1)
+        );
+        for bad in ["0", "-1", "x", "NaN", "inf", ""] {
+            let e = run(&["--time-scale", bad]).unwrap_err();
+            assert!(e.contains("--time-scale"), "{e}");
+        }
+        assert!(run(&["--time-scale"]).is_err());
+    }
+
+    fn a_default_scale() -> f64 {
+        let Ok(Command::Run(a)) = run(&[]) else {
+            panic!()
+        };
+        a.time_scale
     }
 
     #[test]

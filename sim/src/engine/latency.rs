@@ -64,6 +64,21 @@ impl LatencyModel {
         }
     }
 
+    /// Every coefficient multiplied by `factor` (`--time-scale`): each step then costs exactly
+    /// `factor` times what it costs under `self`, so a schedule with every arrival time scaled
+    /// by `factor` plays out the same steps, tokens and cache hits, `factor` times faster
+    /// (up to floating-point rounding). `factor` must be finite and above zero (the caller
+    /// checks).
+    pub fn scaled(&self, factor: f64) -> Self {
+        LatencyModel {
+            prefill_token_secs: self.prefill_token_secs * factor,
+            prefill_pair_secs: self.prefill_pair_secs * factor,
+            prefill_fixed_secs: self.prefill_fixed_secs * factor,
+            decode_token_secs: self.decode_token_secs * factor,
+            decode_seq_secs: self.decode_seq_secs * factor,
+        }
+    }
+
     /// `P(u, c)`: an idle prefill of `uncached` tokens after `cached` ones, in one go
     /// (0 when `uncached` is 0).
     pub fn prefill_secs(&self, uncached: usize, cached: usize) -> f64 {

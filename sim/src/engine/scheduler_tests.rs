@@ -700,3 +700,71 @@ proptest! {
         assert_drained(&s);
     }
 }
+
+/// One schedule played to the end: arrivals at `arrival_ms` scaled by `scale`, the default
+/// latency model scaled by `scale`. Returns every step and the final counters.
+fn play_scaled(
+    specs: &[Spec],
+    c: &SchedulerConfig,
+    scale: f64,
+) -> (Vec<StepOutput>, SchedulerStats) {
+    let mut s = Scheduler::new(c.clone(), LatencyModel::default().scaled(scale)).unwrap();
+    for (i, sp) in specs.iter().enumerate() {
+        let mut p = toks(1_000 * sp.prefix as u32, sp.prefix_len);
+        p.extend(toks(100_000 + 1_000 * i as u32, sp.suffix_len));
+        let arrival = f64::from(sp.arrival_ms) / 1000.0 * scale;
+        let _ = s.add_request(Request::new(i as u64, p, sp.max_tokens, arrival));
+    }
+    let steps = s.run_until_idle(0.0);
+    (steps, s.stats())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// `--time-scale`: with every arrival and every latency coefficient scaled by a power of
+    /// two (exact in floating point), the engine takes the same steps, schedules the same
+    /// work, hits the cache the same and produces the same tokens; only the times scale.
+    #[test]
+    fn prop_time_scale_keeps_the_schedule(
+        specs in prop::collection::vec(spec(), 1..24),
+        num_gpu_blocks in 10usize..32,
+        max_num_seqs in 1usize..8,
+        budget in 8usize..48,
+        shift in 1i32..8,
+    ) {
+        let c = cfg(num_gpu_blocks, budget.max(max_num_seqs), max_num_seqs);
+        let scale = 2f64.powi(-shift);
+        let (a, a_stats) = play_scaled(&specs, &c, 1.0);
+        let (b, b_stats) = play_scaled(&specs, &c, scale);
+        prop_assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            prop_assert_eq!(x.start * scale, y.start);
+            prop_assert_eq!(x.duration * scale, y.duration);
+            prop_assert_eq!(&x.scheduled, &y.scheduled);
+            prop_assert_eq!(&x.preempted, &y.preempted);
+            prop_assert_eq!(&x.tokens, &y.tokens);
+            prop_assert_eq!(&x.kv_events, &y.kv_events);
+            prop_assert_eq!(x.finished.len(), y.finished.len());
+            for (f, g) in x.finished.iter().zip(&y.finished) {
+                prop_assert_eq!((f.id, f.reason, f.cached_tokens), (g.id, g.reason, g.cached_tokens));
+                prop_assert_eq!(&f.output_tokens, &g.output_tokens);
+                prop_assert_eq!(f.first_token.map(|t| t * scale), g.first_token);
+            }
+        }
+        prop_assert_eq!(a_stats, b_stats);
+    }
+}
+
+#[test]
+fn scaled_latency_multiplies_every_cost() {
+    let d = LatencyModel::default();
+    let h = d.scaled(0.5);
+    assert!(close(
+        h.prefill_secs(300, 100),
+        d.prefill_secs(300, 100) / 2.0
+    ));
+    assert!(close(h.decode_secs(7), d.decode_secs(7) / 2.0));
+    assert_eq!(d.scaled(1.0), d);
+    assert_eq!(LatencyModel::zero().scaled(0.1), LatencyModel::zero());
+}

@@ -107,6 +107,10 @@ pub struct SimOptions {
     pub zero_latency: bool,
     /// The latency model (ignored with `zero_latency`).
     pub latency: LatencyModel,
+    /// `--time-scale`: every modelled latency multiplied by this (finite, above zero; 1 is
+    /// real time). At 0.1 a workload sent at 10x its rate plays out as it would at its rate,
+    /// in a tenth of the time.
+    pub time_scale: f64,
     /// `--seed`: mixed into every request's sampler seed.
     pub seed: u64,
     /// `--kv-events-config`: KV cache events published over ZMQ as vLLM does (`None`: off).
@@ -142,6 +146,7 @@ impl Default for SimOptions {
             long_prefill_token_threshold: 0,
             zero_latency: false,
             latency: LatencyModel::default(),
+            time_scale: 1.0,
             seed: 0,
             kv_events_config: None,
             tokenizer: None,
@@ -178,6 +183,16 @@ impl SimOptions {
                 .is_some_and(KvEventsConfig::publishes),
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             max_model_len: Some(self.max_model_len),
+        }
+    }
+
+    /// The latency model the engine runs: zero with `zero_latency`, else `latency` scaled by
+    /// `time_scale`.
+    pub fn effective_latency(&self) -> LatencyModel {
+        if self.zero_latency {
+            LatencyModel::zero()
+        } else {
+            self.latency.scaled(self.time_scale)
         }
     }
 
@@ -257,11 +272,16 @@ impl SimServer {
                 "no served model name",
             )));
         }
-        let latency = if opts.zero_latency {
-            LatencyModel::zero()
-        } else {
-            opts.latency
-        };
+        if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
+            return Err(StartError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "time scale must be a finite number above 0, got {}",
+                    opts.time_scale
+                ),
+            )));
+        }
+        let latency = opts.effective_latency();
         // Validate on this thread so the caller gets the refusal.
         Scheduler::new(opts.scheduler_config(), latency)?;
         let tokenizer = Arc::new(
@@ -430,11 +450,7 @@ async fn server_main(
     kv: KvPublisher,
     tokenizer: Arc<ModelTokenizer>,
 ) {
-    let latency = if opts.zero_latency {
-        LatencyModel::zero()
-    } else {
-        opts.latency
-    };
+    let latency = opts.effective_latency();
     let config = opts.scheduler_config();
     let sched = match Scheduler::new(config.clone(), latency) {
         Ok(s) => s,

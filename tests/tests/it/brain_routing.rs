@@ -268,3 +268,123 @@ fn explain_shows_every_replica_and_agrees_with_routing_without_changing_state() 
     assert_eq!(status, 400, "{v}");
     assert!(v.to_string().contains("cost_model"), "{v}");
 }
+
+/// Three simulators running at `scale` times their modelled latency behind a cost_model
+/// gateway whose cost model is scaled by the same factor, with scrapes too rare to matter
+/// (each request is decided on the index and the gateway's own ledger).
+fn scaled_fleet(scale: f64) -> (Vec<SimServer>, TestGateway) {
+    let sims: Vec<SimServer> = (0..3)
+        .map(|seed| {
+            SimServer::start(SimOptions {
+                enable_prompt_tokens_details: true,
+                num_gpu_blocks_override: Some(96),
+                max_model_len: 736,
+                block_size: BLOCK,
+                time_scale: scale,
+                seed,
+                ..SimOptions::new(MODEL)
+            })
+            .expect("simulator starts")
+        })
+        .collect();
+    let m = |secs: f64| secs * scale;
+    let mut yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 1\n\
+         models:\n  - name: {MODEL}\n    policy: cost_model\n    tokenizer: builtin:sim\n    block_size: {BLOCK}\n\
+         load:\n  scrape_interval: 1h\n  max_age: 1us\n\
+         routing:\n  seed: 5\n  cost_model:\n    prefill_token_secs: {}\n    prefill_pair_secs: {}\n    \
+         prefill_fixed_secs: {}\n    decode_interference_secs: {}\n    cpu_load_token_secs: {}\n    \
+         storage_load_token_secs: {}\n\
+         tokenizer:\n  max_wait: 2s\nreplicas:\n",
+        m(1e-4),
+        m(3.3e-9),
+        m(5e-3),
+        m(3e-4),
+        m(5e-6),
+        m(2.5e-5)
+    );
+    for (i, s) in sims.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim-{i}\n    url: {}\n    models: [{MODEL}]\n    kv_capacity_blocks: 96\n",
+            s.url()
+        ));
+    }
+    (sims, TestGateway::start(&yaml))
+}
+
+/// Sends `n` chats one at a time (system prompt `(i * 5) % 8`) and returns, per request, the
+/// replica that served it and the tokens its engine served from cache.
+fn placements(gw: &TestGateway, n: usize) -> Vec<(String, u64)> {
+    let systems = systems();
+    let mut conn = connect(gw.addr);
+    (0..n)
+        .map(|i| {
+            let body = json!({"model": MODEL, "max_tokens": 2, "messages": [
+                {"role": "system", "content": systems[(i * 5) % systems.len()]},
+                {"role": "user", "content": format!("question number {i} about caching")}]});
+            let r = conn
+                .call(
+                    "POST",
+                    "/v1/chat/completions",
+                    &[],
+                    Some(body.to_string().as_bytes()),
+                )
+                .expect("response");
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v: Value = serde_json::from_str(&r.text()).expect("JSON");
+            let hit = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
+            (
+                r.header("x-inferrail-replica").unwrap_or("").to_string(),
+                hit,
+            )
+        })
+        .collect()
+}
+
+/// The fleet's summed `vllm:request_prefill_time_seconds` (the engines' modelled prefill time of
+/// every finished request).
+fn fleet_prefill_secs(sims: &[SimServer]) -> f64 {
+    sims.iter()
+        .map(|s| {
+            let r = connect(s.addr())
+                .call("GET", "/metrics", &[], None)
+                .expect("metrics");
+            r.text()
+                .lines()
+                .find_map(|l| l.strip_prefix("vllm:request_prefill_time_seconds_sum{"))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("prefill time sum")
+        })
+        .sum()
+}
+
+#[test]
+fn time_scaled_engines_get_the_same_routing_decisions_and_cache_hits() {
+    // `inferrail-sim --time-scale`: the same traffic against engines 8x faster, routed with a
+    // cost model 8x cheaper, must be placed the same and hit the caches the same; only the
+    // engines' clock runs faster. 40 requests one at a time over eight prompts that do not all
+    // fit on one replica; one data core, so the seeded tie-breaks run in one sequence.
+    let (a, real) = scaled_fleet(1.0);
+    let at_scale_1 = placements(&real, 40);
+    let (b, fast) = scaled_fleet(0.125);
+    let at_scale_8th = placements(&fast, 40);
+    // The engines modelled the same prefills, each an eighth as long (one step per prefill,
+    // timed by the latency model, not by the test's wall clock).
+    let (slow_secs, fast_secs) = (fleet_prefill_secs(&a), fleet_prefill_secs(&b));
+    assert!(slow_secs > 0.0, "no prefill time recorded");
+    assert!(
+        (fast_secs * 8.0 - slow_secs).abs() <= 0.02 * slow_secs,
+        "prefill seconds {slow_secs} at scale 1, {fast_secs} at 1/8"
+    );
+    let replicas: std::collections::HashSet<&str> =
+        at_scale_1.iter().map(|(r, _)| r.as_str()).collect();
+    assert!(
+        replicas.len() > 1,
+        "one replica took everything: {at_scale_1:?}"
+    );
+    assert!(at_scale_1.iter().any(|&(_, hit)| hit > 0), "{at_scale_1:?}");
+    assert_eq!(at_scale_1, at_scale_8th);
+}
