@@ -103,11 +103,13 @@ fn report_contents_on_fixtures() {
     let md = &built.markdown;
     for want in [
         "## Verdicts",
-        "- W1 @ 6 req/s: cost_model p99 TTFT 0.59 s, 79% below round_robin",
+        "- W1 @ 6 req/s: cost_model p99 TTFT 0.59 s, 79% below round_robin (no intervals)",
         "### W1 @ 10 req/s",
         "### W6 @ 2 req/s",
         "## Peers",
-        "| W1 | 6 | peer:llm-d | 0.83 | 4.96 | 79% | 76% | 37% |",
+        "| W1 | 6 | peer:llm-d | 0.83 | n/a | 4.96 | 79% | 76% | 37% |",
+        "**Peer rule.** cost_model is no worse than a peer when its W1 p99 TTFT is at or below",
+        "**Intervals.** A p99's 95% CI is a percentile bootstrap (2000 resamples, 95% level",
         "![W1 p99 TTFT (s) against offered load](charts/w1-p99-ttft.svg)",
     ] {
         assert!(md.contains(want), "missing {want:?} in\n{md}");
@@ -202,7 +204,10 @@ fn repetitions_fold_into_median_with_range() {
     assert_eq!(p.ttft_p50_s.min, p.ttft_p50_s.max, "identical reps");
     let md = build(&dir).expect("builds").markdown;
     assert!(
-        md.contains("| round_robin | 3 | 0.10 | 2.00 (1.00–5.00) | 18.0 | 1.50 (1.00–2.00) |"),
+        md.contains(
+            "| round_robin | 3 | 0.10 | 2.00 (1.00–5.00) | n/a | 18.0 | 45.0 | n/a \
+             | 1.50 (1.00–2.00) |"
+        ),
         "{md}"
     );
 }
@@ -311,8 +316,165 @@ fn peers_are_named_by_their_front_and_engine_counts_give_the_busiest_share() {
     );
     // The engines' share replaces the header-based one (37% in the fixtures) where present.
     assert!(
-        md.contains("| W1 | 6 | peer:llm-d | 0.83 | 4.96 | 79% | 76% | 90% |"),
+        md.contains("| W1 | 6 | peer:llm-d | 0.83 | n/a | 4.96 | 79% | 76% | 90% |"),
         "{md}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `n` TTFT samples in µs, evenly spaced so that their nearest-rank p99 is `p99_us` (the
+/// `⌈0.99·n⌉`-th is `p99_us`), given unsorted (the report must not rely on the order).
+fn spaced_samples(n: u64, p99_us: u64) -> Value {
+    let rank = (99 * n).div_ceil(100);
+    let step = p99_us as f64 / rank as f64;
+    let mut v: Vec<u64> = (1..=n).map(|i| (i as f64 * step).round() as u64).collect();
+    v.reverse();
+    Value::from(v)
+}
+
+/// Copies the fixtures, giving W1 at 6 req/s (the median rate) per-request TTFT samples: 360
+/// per repetition, p99 `cm_p99_us` for cost_model and `peer_p99_us` for peer:llm-d.
+fn with_w1_r6_samples(name: &str, cm_p99_us: u64, peer_p99_us: u64) -> PathBuf {
+    let dir = scratch(name);
+    copy_fixtures(&dir, |file, v| {
+        let p99 = match file {
+            f if f.starts_with("w1-r6-cost_model-") => cm_p99_us,
+            f if f.starts_with("w1-r6-peer_llm-d-") => peer_p99_us,
+            _ => return,
+        };
+        v["report"]["samples"] = serde_json::json!({
+            "ttft_us": spaced_samples(360, p99),
+            "tpot_us": spaced_samples(360, 40_000),
+        });
+    });
+    dir
+}
+
+fn peer_verdict(dir: &Path) -> (Outcome, String) {
+    let built = build(dir).expect("builds");
+    let (target, outcome) = built.verdicts.last().expect("verdicts").clone();
+    assert!(target.starts_with("W1 against peer:llm-d"), "{target}");
+    let line = built
+        .markdown
+        .lines()
+        .find(|l| l.contains("W1 against peer:llm-d"))
+        .expect("verdict row")
+        .to_string();
+    (outcome, line)
+}
+
+#[test]
+fn old_result_files_without_samples_load_with_no_interval() {
+    // The fixtures predate `report.samples`, as do the committed sweeps' files.
+    let fixture = read_fixture("w1-r6-cost_model-rep1.json");
+    assert!(fixture["report"].get("samples").is_none(), "an old file");
+    let files = load::load_dir(&fixtures()).expect("old files load");
+    assert!(files.iter().all(|f| f.file.report.samples.is_none()));
+    let t = aggregate::aggregate(&files);
+    let p = t.get("w1", 6000, "cost_model").expect("point");
+    assert_eq!((p.ttft_p99_ci_s, p.tpot_p99_ci_ms), (None, None));
+    assert_eq!(
+        p.ttft_p99_s.median,
+        (570_000.0 + 604_200.0) / 2.0 / 1e6,
+        "histogram p99"
+    );
+    // `"samples": null` and a file with samples in one repetition only: still no interval.
+    let dir = scratch("half-samples");
+    copy_fixtures(&dir, |file, v| match file {
+        "w1-r6-cost_model-rep1.json" => {
+            v["report"]["samples"] = serde_json::json!({"ttft_us": [1, 2, 3]});
+        }
+        "w1-r6-cost_model-rep2.json" => v["report"]["samples"] = Value::Null,
+        _ => {}
+    });
+    let t = aggregate::aggregate(&load::load_dir(&dir).expect("loads"));
+    let p = t.get("w1", 6000, "cost_model").expect("point");
+    assert_eq!(p.ttft_p99_ci_s, None, "one repetition without samples");
+    assert_eq!(p.tpot_p99_ci_ms, None, "no TPOT samples at all");
+}
+
+#[test]
+fn samples_give_intervals_in_the_tables() {
+    let dir = with_w1_r6_samples("ci-tables", 500_000, 800_000);
+    let t = aggregate::aggregate(&load::load_dir(&dir).expect("loads"));
+    let cm = t.get("w1", 6000, "cost_model").expect("point");
+    let ci = cm.ttft_p99_ci_s.expect("interval");
+    assert_eq!(cm.ttft_p99_s.median, 0.5, "the exact p99 of the samples");
+    assert!(ci.lo < 0.5 && 0.5 <= ci.hi && ci.hi < 0.52, "{ci:?}");
+    let tpot = cm.tpot_p99_ci_ms.expect("tpot interval");
+    assert!(tpot.lo < 40.0 && 40.0 <= tpot.hi, "{tpot:?}");
+    let md = build(&dir).expect("builds").markdown;
+    let row = |policy: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| W1 | 6 | {policy} |")))
+            .expect("peer row")
+            .to_string()
+    };
+    assert!(
+        row("cost_model").starts_with("| W1 | 6 | cost_model | 0.50 | 0.49–0.50 |"),
+        "{md}"
+    );
+    assert!(
+        row("peer:llm-d").starts_with("| W1 | 6 | peer:llm-d | 0.80 | 0.79–0.80 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| 0.50 | 0.49–0.50 | 24.7 (24.0–25.4) | 40.0 | 39.6–40.2 | 5.44 (5.28–5.60) |"
+        ),
+        "{md}"
+    );
+}
+
+#[test]
+fn peer_verdict_separated_below_passes() {
+    let (outcome, line) = peer_verdict(&with_w1_r6_samples("peer-below", 500_000, 800_000));
+    assert_eq!(outcome, Outcome::Pass, "{line}");
+    assert!(line.contains(": not above;"), "{line}");
+}
+
+#[test]
+fn peer_verdict_overlapping_passes_without_a_tolerance() {
+    // cost_model's p99 1.25% above the peer's: the intervals (about 2% wide) overlap.
+    let (outcome, line) = peer_verdict(&with_w1_r6_samples("peer-overlap", 810_000, 800_000));
+    assert_eq!(outcome, Outcome::Pass, "{line}");
+    assert!(
+        line.contains("above, intervals overlap (no difference)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn peer_verdict_separated_above_fails() {
+    // 4% above: within the 5% the old rule allowed, yet the intervals (about 2% wide) separate.
+    let (outcome, line) = peer_verdict(&with_w1_r6_samples("peer-above", 832_000, 800_000));
+    assert_eq!(outcome, Outcome::Fail, "{line}");
+    assert!(line.contains("above, intervals separate (worse)"), "{line}");
+}
+
+#[test]
+fn peer_verdict_above_without_intervals_is_not_applicable() {
+    let dir = scratch("peer-blind");
+    copy_fixtures(&dir, |file, v| {
+        if file.starts_with("w1-r6-cost_model-") {
+            v["report"]["ttft_us"]["p99"] = Value::from(900_000);
+        }
+    });
+    let (outcome, line) = peer_verdict(&dir);
+    assert_eq!(outcome, Outcome::NotApplicable, "{line}");
+    assert!(line.contains("above, no interval to judge by"), "{line}");
+}
+
+#[test]
+fn peer_goodput_below_fails_however_small() {
+    let dir = scratch("peer-goodput");
+    copy_fixtures(&dir, |file, v| {
+        if file.starts_with("w1-r6-cost_model-") {
+            // Median 4.95 against the peer's 4.9555: 0.1% below (the old rule allowed 5%).
+            v["report"]["goodput"]["requests_per_s"] = Value::from(4.95);
+        }
+    });
+    let (outcome, line) = peer_verdict(&dir);
+    assert_eq!(outcome, Outcome::Fail, "{line}");
+    assert!(line.contains("goodput 4.95 vs 4.96 req/s: below"), "{line}");
 }

@@ -1,9 +1,11 @@
 //! Grouping result files by workload, rate and policy, and folding repetitions into their
-//! median with the range. Every map is a `BTreeMap`, so iteration order is fixed.
+//! median with the range, and the p99s' bootstrap intervals ([`super::bootstrap`]). Every map
+//! is a `BTreeMap`, so iteration order is fixed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::load::Loaded;
+use super::bootstrap::{Bootstrap, Interval, P99};
+use super::load::{Loaded, ResultFile};
 
 /// A rate as a map key: millirequests per second, rounded.
 pub type RateKey = u64;
@@ -60,10 +62,18 @@ pub struct PolicyPoint {
     pub reps: Vec<u64>,
     /// TTFT p50, s.
     pub ttft_p50_s: Agg,
-    /// TTFT p99, s.
+    /// TTFT p99, s: per repetition the exact p99 of its samples when the file keeps them, else
+    /// the histogram's.
     pub ttft_p99_s: Agg,
+    /// The 95 % bootstrap interval on `ttft_p99_s.median`, s (`None` unless every repetition
+    /// keeps its samples).
+    pub ttft_p99_ci_s: Option<Interval>,
     /// TPOT p50, ms.
     pub tpot_p50_ms: Agg,
+    /// TPOT p99, ms, taken as `ttft_p99_s` is.
+    pub tpot_p99_ms: Agg,
+    /// The 95 % bootstrap interval on `tpot_p99_ms.median`, ms, as `ttft_p99_ci_s`.
+    pub tpot_p99_ci_ms: Option<Interval>,
     /// Goodput, req/s.
     pub goodput: Agg,
     /// Engine prefix-cache hit rate (`None` when no repetition had engine counters).
@@ -150,6 +160,26 @@ pub fn aggregate(files: &[Loaded]) -> Table {
     table
 }
 
+/// A run's p99 in µs: exact from `samples` when there are some, else the histogram's `summary`.
+fn p99_us(samples: Option<&[u64]>, summary: u64) -> f64 {
+    samples
+        .and_then(|s| Bootstrap::statistic(&[s], P99))
+        .unwrap_or(summary as f64)
+}
+
+/// The bootstrap interval on the repetitions' median p99, µs scaled by `unit`; `None` unless
+/// every repetition has samples.
+fn p99_ci(
+    reps: &[&Loaded],
+    samples: impl Fn(&ResultFile) -> Option<&[u64]>,
+    unit: f64,
+) -> Option<Interval> {
+    let all: Option<Vec<&[u64]>> = reps.iter().map(|l| samples(&l.file)).collect();
+    Bootstrap::default()
+        .interval(&all?, P99)
+        .map(|i| i.scaled(unit))
+}
+
 fn fold(reps: &[&Loaded]) -> Option<PolicyPoint> {
     let of = |f: &dyn Fn(&Loaded) -> f64| -> Option<Agg> {
         Agg::of(&reps.iter().map(|l| f(l)).collect::<Vec<f64>>())
@@ -163,8 +193,11 @@ fn fold(reps: &[&Loaded]) -> Option<PolicyPoint> {
     Some(PolicyPoint {
         reps: rep_ids,
         ttft_p50_s: of(&|l| l.file.report.ttft_us.p50 as f64 / 1e6)?,
-        ttft_p99_s: of(&|l| l.file.report.ttft_us.p99 as f64 / 1e6)?,
+        ttft_p99_s: of(&|l| p99_us(l.file.ttft_samples(), l.file.report.ttft_us.p99) / 1e6)?,
+        ttft_p99_ci_s: p99_ci(reps, ResultFile::ttft_samples, 1e-6),
         tpot_p50_ms: of(&|l| l.file.report.tpot_us.p50 as f64 / 1e3)?,
+        tpot_p99_ms: of(&|l| p99_us(l.file.tpot_samples(), l.file.report.tpot_us.p99) / 1e3)?,
+        tpot_p99_ci_ms: p99_ci(reps, ResultFile::tpot_samples, 1e-3),
         goodput: of(&|l| l.file.report.goodput.requests_per_s)?,
         engine_hit_rate: Agg::of(&engine),
         usage_hit_rate: of(&|l| l.file.report.usage.prefix_hit_rate)?,

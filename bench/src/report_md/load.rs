@@ -62,6 +62,18 @@ pub struct ErrorsPart {
     pub total: u64,
 }
 
+/// `RunReport.samples`: the per-request values behind the percentiles, ascending, µs. Files
+/// written before the harness kept them have none; their intervals show as n/a.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct SamplesPart {
+    /// TTFT of every completed request.
+    #[serde(default)]
+    pub ttft_us: Vec<u64>,
+    /// TPOT of every completed request with two tokens or more.
+    #[serde(default)]
+    pub tpot_us: Vec<u64>,
+}
+
 /// The parts of `RunReport` (as `inferrail-bench run --json` writes it) the report uses.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct RunPart {
@@ -79,6 +91,9 @@ pub struct RunPart {
     pub usage: UsagePart,
     /// Requests per replica.
     pub replicas: ReplicasPart,
+    /// Per-request values (absent in older files).
+    #[serde(default)]
+    pub samples: Option<SamplesPart>,
 }
 
 /// The engines' own prefix-cache counters over the run.
@@ -98,6 +113,19 @@ pub struct Engines {
 }
 
 impl ResultFile {
+    /// The TTFT values of the run, µs, when the file keeps them (`None`: an older file, or no
+    /// completed request).
+    pub fn ttft_samples(&self) -> Option<&[u64]> {
+        let s = self.report.samples.as_ref()?;
+        (!s.ttft_us.is_empty()).then_some(s.ttft_us.as_slice())
+    }
+
+    /// The TPOT values of the run, µs, as [`ResultFile::ttft_samples`].
+    pub fn tpot_samples(&self) -> Option<&[u64]> {
+        let s = self.report.samples.as_ref()?;
+        (!s.tpot_us.is_empty()).then_some(s.tpot_us.as_slice())
+    }
+
     /// The busiest replica's share: the engines' own count when the file has it (the same
     /// source for the gateway and for peers), else the one the client saw in response headers.
     pub fn busiest_share(&self) -> f64 {

@@ -3,9 +3,10 @@
 use std::fmt::Write as _;
 
 use super::aggregate::{rate_of, Agg, PolicyPoint, RateKey, Table};
+use super::bootstrap::{Interval, Separation, LEVEL, RESAMPLES, SEED};
 use super::charts::Chart;
 use super::num::{fixed, pct, rate, secs};
-use super::verdicts::{Verdict, CACHE_AWARE, PEER_PREFIX, ROUND_ROBIN};
+use super::verdicts::{Verdict, CACHE_AWARE, PEER_PREFIX, PEER_RULE, ROUND_ROBIN};
 
 /// `median (min–max)` when repetitions differ, else the median alone.
 fn cell(a: &Agg, f: impl Fn(f64) -> String) -> String {
@@ -13,6 +14,25 @@ fn cell(a: &Agg, f: impl Fn(f64) -> String) -> String {
         format!("{} ({}–{})", f(a.median), f(a.min), f(a.max))
     } else {
         f(a.median)
+    }
+}
+
+/// An interval as `lo–hi` with `decimals` decimals, `n/a` without one.
+fn ci_cell(ci: Option<Interval>, decimals: usize) -> String {
+    ci.map_or_else(
+        || "n/a".to_string(),
+        |i| format!("{}–{}", fixed(i.lo, decimals), fixed(i.hi, decimals)),
+    )
+}
+
+/// What two p99 intervals say about a difference, for a headline.
+fn ci_words(a: Option<Interval>, b: Option<Interval>) -> &'static str {
+    match (a, b) {
+        (Some(a), Some(b)) if a.separation(b) == Separation::Overlap => {
+            "95% intervals overlap: no difference called"
+        }
+        (Some(_), Some(_)) => "95% intervals separate",
+        _ => "no intervals",
     }
 }
 
@@ -25,7 +45,8 @@ fn upper(workload: &str) -> String {
 }
 
 /// The one-line headline of a point: the cache-aware policy's p99 TTFT against round_robin
-/// (or, without it, the first other policy in name order).
+/// (or, without it, the first other policy in name order), and whether their 95 % intervals
+/// separate (only then is the difference a difference).
 pub fn headline(t: &Table, workload: &str, r: RateKey) -> Option<String> {
     let pols = t.workloads.get(workload)?.get(&r)?;
     let head = format!("{} @ {} req/s", upper(workload), rate(rate_of(r)));
@@ -56,17 +77,19 @@ pub fn headline(t: &Table, workload: &str, r: RateKey) -> Option<String> {
     let d = cm99 / b99 - 1.0;
     let dir = if d <= 0.0 { "below" } else { "above" };
     Some(format!(
-        "{head}: {CACHE_AWARE} p99 TTFT {}, {} {dir} {bname}",
+        "{head}: {CACHE_AWARE} p99 TTFT {}, {} {dir} {bname} ({})",
         secs(cm99),
-        pct(d.abs())
+        pct(d.abs()),
+        ci_words(cm.ttft_p99_ci_s, b.ttft_p99_ci_s)
     ))
 }
 
 fn point_table(out: &mut String, pols: &std::collections::BTreeMap<String, PolicyPoint>) {
     out.push_str(
-        "| policy | reps | TTFT p50 (s) | TTFT p99 (s) | TPOT p50 (ms) | goodput (req/s) \
-         | hit rate (engine) | hit rate (usage) | busiest share | errors |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| policy | reps | TTFT p50 (s) | TTFT p99 (s) | TTFT p99 95% CI (s) | TPOT p50 (ms) \
+         | TPOT p99 (ms) | TPOT p99 95% CI (ms) | goodput (req/s) | hit rate (engine) \
+         | hit rate (usage) | busiest share | errors |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let f2 = |x: f64| fixed(x, 2);
     let f1 = |x: f64| fixed(x, 1);
@@ -78,12 +101,15 @@ fn point_table(out: &mut String, pols: &std::collections::BTreeMap<String, Polic
             .map_or_else(|| "N/A".to_string(), |a| cell(a, pct));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             esc(name),
             p.reps.len(),
             cell(&p.ttft_p50_s, f2),
             cell(&p.ttft_p99_s, f2),
+            ci_cell(p.ttft_p99_ci_s, 2),
             cell(&p.tpot_p50_ms, f1),
+            cell(&p.tpot_p99_ms, f1),
+            ci_cell(p.tpot_p99_ci_ms, 1),
             cell(&p.goodput, f2),
             engine,
             cell(&p.usage_hit_rate, pct),
@@ -109,11 +135,12 @@ fn peers_section(out: &mut String, t: &Table) {
                     .map_or_else(|| "N/A".to_string(), |a| pct(a.median));
                 let _ = writeln!(
                     rows,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     upper(w),
                     rate(rate_of(*r)),
                     esc(name),
                     fixed(p.ttft_p99_s.median, 2),
+                    ci_cell(p.ttft_p99_ci_s, 2),
                     fixed(p.goodput.median, 2),
                     engine,
                     pct(p.usage_hit_rate.median),
@@ -134,9 +161,9 @@ fn peers_section(out: &mut String, t: &Table) {
         out.push('\n');
     }
     out.push_str(
-        "| workload | req/s | policy | TTFT p99 (s) | goodput (req/s) | hit rate (engine) \
-         | hit rate (usage) | busiest share |\n\
-         |---|---|---|---|---|---|---|---|\n",
+        "| workload | req/s | policy | TTFT p99 (s) | TTFT p99 95% CI (s) | goodput (req/s) \
+         | hit rate (engine) | hit rate (usage) | busiest share |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     out.push_str(&rows);
     out.push('\n');
@@ -161,8 +188,18 @@ pub fn render(
          hit rate (usage) is `cached_tokens / prompt_tokens` as clients saw it.\n",
         t.workloads.len()
     );
+    let _ = writeln!(
+        out,
+        "**Intervals.** A p99's 95% CI is a percentile bootstrap ({RESAMPLES} resamples, \
+         {}% level, seed {SEED:#x}): each resample redraws every repetition's requests from that \
+         repetition alone and takes the median of the repetitions' p99s, as the figure itself \
+         is taken. `n/a`: the result files keep no per-request samples (written before they \
+         were kept). A comparison calls a difference only when the two intervals separate.\n",
+        fixed(LEVEL * 100.0, 0)
+    );
 
-    out.push_str("## Verdicts\n\n| target | verdict | numbers |\n|---|---|---|\n");
+    let _ = writeln!(out, "## Verdicts\n\n**Peer rule.** {PEER_RULE}\n");
+    out.push_str("| target | verdict | numbers |\n|---|---|---|\n");
     for v in verdicts {
         let _ = writeln!(
             out,

@@ -2,10 +2,12 @@
 //! a directory of result files alone, byte for byte the same from the same files (inputs read
 //! in name order, every map a `BTreeMap`, fixed number formatting, no timestamps).
 //!
-//! [`load`] reads the files, [`aggregate`] folds repetitions into medians, [`verdicts`] judges
-//! the targets, [`charts`] draws the SVGs and [`markdown`] writes the text.
+//! [`load`] reads the files, [`aggregate`] folds repetitions into medians (with [`bootstrap`]
+//! intervals on the p99s), [`verdicts`] judges the targets, [`charts`] draws the SVGs and
+//! [`markdown`] writes the text.
 
 pub mod aggregate;
+pub mod bootstrap;
 pub mod charts;
 pub mod load;
 pub mod markdown;

@@ -5,8 +5,9 @@
 
 use std::fmt;
 
-use super::aggregate::{rate_of, RateKey, Table};
-use super::num::{pct, rate, secs};
+use super::aggregate::{rate_of, PolicyPoint, RateKey, Table};
+use super::bootstrap::{Interval, Separation};
+use super::num::{fixed, pct, rate, secs};
 
 /// The workload with shared prefixes the cache-aware targets are judged on.
 pub const W1: &str = "w1";
@@ -22,9 +23,13 @@ pub const LEAST_REQUEST: &str = "least_request";
 pub const CACHE_BLIND: [&str; 4] = ["round_robin", "random", "least_request", "p2c"];
 /// Policies named with this prefix are peers (other routers), compared side by side.
 pub const PEER_PREFIX: &str = "peer:";
-/// How far `cost_model` may trail a peer (p99 TTFT above, goodput below, relative) and still
-/// count as no worse: repetitions of one point differ by about this much.
-pub const PEER_TOLERANCE: f64 = 0.05;
+/// The peer rule in words, as the report states it (no allowance: only separated intervals call
+/// a p99 difference, and goodput has no interval, so any shortfall counts).
+pub const PEER_RULE: &str = "cost_model is no worse than a peer when its W1 p99 TTFT is at or \
+below the peer's, or above it with the two 95% bootstrap intervals overlapping (no difference \
+called); it is worse when its interval lies wholly above the peer's. Where its p99 is above and \
+either side has no interval (result files without per-request samples) the verdict is N/A. \
+Goodput has no interval, so it must not be below the peer's at all. Both at the median rate.";
 
 /// W1 p99 TTFT must be at least this fraction below round_robin's.
 pub const TTFT_REDUCTION: f64 = 0.40;
@@ -261,35 +266,145 @@ fn peers(t: &Table) -> Vec<Verdict> {
             format!("no `{PEER_PREFIX}` policy in the results"),
         )];
     }
-    names
-        .iter()
-        .map(|peer| {
-            let target = format!(
-                "W1 against {peer}: {CACHE_AWARE} no worse (p99 TTFT at most {pct}% above, \
-                 goodput at most {pct}% below; median rate)",
-                pct = (PEER_TOLERANCE * 100.0).round()
-            );
-            let pols = [CACHE_AWARE, peer.as_str()];
-            let Some((r, cm, pe)) = median_rate(t, W1, &pols)
-                .and_then(|r| Some((r, t.get(W1, r, CACHE_AWARE)?, t.get(W1, r, peer)?)))
-            else {
-                return verdict(target, Outcome::NotApplicable, missing(W1, &pols));
-            };
-            // Repetitions of the same point differ by a few percent: a tie is not a loss.
-            let ok = cm.ttft_p99_s.median <= pe.ttft_p99_s.median * (1.0 + PEER_TOLERANCE)
-                && cm.goodput.median >= pe.goodput.median * (1.0 - PEER_TOLERANCE);
-            verdict(
-                target,
-                pass_if(ok),
-                format!(
-                    "at {} req/s: p99 TTFT {:.3} s vs {:.3} s; goodput {:.2} vs {:.2} req/s",
-                    rate(rate_of(r)),
-                    cm.ttft_p99_s.median,
-                    pe.ttft_p99_s.median,
-                    cm.goodput.median,
-                    pe.goodput.median
-                ),
-            )
-        })
-        .collect()
+    names.iter().map(|peer| peer_verdict(t, peer)).collect()
+}
+
+/// How `cost_model`'s p99 TTFT compares with a peer's under [`PEER_RULE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum P99Call {
+    /// At or below the peer's: no worse.
+    NotAbove,
+    /// Above, but the two intervals overlap: no difference is called, no worse.
+    Overlapping,
+    /// Its interval lies wholly above the peer's: worse.
+    Worse,
+    /// Above, and one side has no interval: the rule cannot decide.
+    Undecided,
+}
+
+impl P99Call {
+    /// The call in words, for the verdict's numbers.
+    pub fn words(self) -> &'static str {
+        match self {
+            P99Call::NotAbove => "not above",
+            P99Call::Overlapping => "above, intervals overlap (no difference)",
+            P99Call::Worse => "above, intervals separate (worse)",
+            P99Call::Undecided => "above, no interval to judge by",
+        }
+    }
+}
+
+/// [`PEER_RULE`]'s p99 part: `cm` against `peer`, each a p99 with its interval (if any).
+pub fn p99_call(cm: (f64, Option<Interval>), peer: (f64, Option<Interval>)) -> P99Call {
+    if cm.0 <= peer.0 {
+        return P99Call::NotAbove;
+    }
+    match (cm.1, peer.1) {
+        (Some(c), Some(p)) if c.separation(p) == Separation::Above => P99Call::Worse,
+        (Some(_), Some(_)) => P99Call::Overlapping,
+        _ => P99Call::Undecided,
+    }
+}
+
+/// [`PEER_RULE`] in full: the p99 call and goodput (`cm` not below `peer`) give the outcome.
+pub fn peer_outcome(call: P99Call, cm_goodput: f64, peer_goodput: f64) -> Outcome {
+    if cm_goodput < peer_goodput || call == P99Call::Worse {
+        Outcome::Fail
+    } else if call == P99Call::Undecided {
+        Outcome::NotApplicable
+    } else {
+        Outcome::Pass
+    }
+}
+
+/// `0.590 s [0.550–0.630]`, or `0.590 s [n/a]` without an interval.
+fn with_ci(p99: f64, ci: Option<Interval>) -> String {
+    let ci = ci.map_or_else(
+        || "n/a".to_string(),
+        |i| format!("{}–{}", fixed(i.lo, 3), fixed(i.hi, 3)),
+    );
+    format!("{} s [{ci}]", fixed(p99, 3))
+}
+
+fn peer_verdict(t: &Table, peer: &str) -> Verdict {
+    let target = format!(
+        "W1 against {peer}: {CACHE_AWARE} no worse (p99 TTFT not above the peer's unless 95% \
+         intervals overlap; goodput not below; median rate)"
+    );
+    let pols = [CACHE_AWARE, peer];
+    let Some((r, cm, pe)) = median_rate(t, W1, &pols)
+        .and_then(|r| Some((r, t.get(W1, r, CACHE_AWARE)?, t.get(W1, r, peer)?)))
+    else {
+        return verdict(target, Outcome::NotApplicable, missing(W1, &pols));
+    };
+    let p99 = |p: &PolicyPoint| (p.ttft_p99_s.median, p.ttft_p99_ci_s);
+    let call = p99_call(p99(cm), p99(pe));
+    let (cg, pg) = (cm.goodput.median, pe.goodput.median);
+    verdict(
+        target,
+        peer_outcome(call, cg, pg),
+        format!(
+            "at {} req/s: p99 TTFT {} vs {}: {}; goodput {cg:.2} vs {pg:.2} req/s: {}",
+            rate(rate_of(r)),
+            with_ci(cm.ttft_p99_s.median, cm.ttft_p99_ci_s),
+            with_ci(pe.ttft_p99_s.median, pe.ttft_p99_ci_s),
+            call.words(),
+            if cg < pg { "below" } else { "not below" },
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ci(lo: f64, hi: f64) -> Option<Interval> {
+        Some(Interval { lo, hi })
+    }
+
+    #[test]
+    fn p99_rule_three_cases() {
+        // Separated below: cost_model's interval wholly under the peer's.
+        let below = p99_call((0.5, ci(0.45, 0.55)), (0.8, ci(0.75, 0.85)));
+        assert_eq!(below, P99Call::NotAbove);
+        assert_eq!(peer_outcome(below, 5.0, 5.0), Outcome::Pass);
+        // Overlapping, cost_model's p99 above: no difference is called.
+        let overlap = p99_call((0.82, ci(0.70, 0.90)), (0.80, ci(0.76, 0.84)));
+        assert_eq!(overlap, P99Call::Overlapping);
+        assert_eq!(peer_outcome(overlap, 5.0, 5.0), Outcome::Pass);
+        // Separated above: worse, however small the gap between the intervals.
+        let above = p99_call((0.9, ci(0.86, 0.95)), (0.8, ci(0.75, 0.85)));
+        assert_eq!(above, P99Call::Worse);
+        assert_eq!(peer_outcome(above, 9.0, 5.0), Outcome::Fail);
+    }
+
+    #[test]
+    fn p99_rule_edges() {
+        let touching = p99_call((0.9, ci(0.85, 0.95)), (0.8, ci(0.75, 0.85)));
+        assert_eq!(touching, P99Call::Overlapping, "shared end: not separated");
+        assert_eq!(
+            p99_call((0.8, None), (0.8, None)),
+            P99Call::NotAbove,
+            "equal"
+        );
+        assert_eq!(
+            p99_call((0.7, None), (0.8, ci(0.7, 0.9))),
+            P99Call::NotAbove
+        );
+        let blind = p99_call((0.81, None), (0.8, ci(0.7, 0.9)));
+        assert_eq!(blind, P99Call::Undecided, "above without an interval");
+        assert_eq!(peer_outcome(blind, 5.0, 5.0), Outcome::NotApplicable);
+        assert_eq!(
+            peer_outcome(blind, 4.99, 5.0),
+            Outcome::Fail,
+            "goodput decides"
+        );
+    }
+
+    #[test]
+    fn goodput_rule_has_no_allowance() {
+        assert_eq!(peer_outcome(P99Call::NotAbove, 4.999, 5.0), Outcome::Fail);
+        assert_eq!(peer_outcome(P99Call::NotAbove, 5.0, 5.0), Outcome::Pass);
+        assert_eq!(peer_outcome(P99Call::Overlapping, 5.1, 5.0), Outcome::Pass);
+    }
 }

@@ -26,5 +26,5 @@ pub use observe::{
 };
 pub use summary::{
     classify, Accuracy, Dist, Goodput, Prediction, Recorder, Replicas, RunErrors, RunFacts,
-    RunReport, Throughput, UsageTotals, WarmupCounts,
+    RunReport, Samples, Throughput, UsageTotals, WarmupCounts,
 };

@@ -163,6 +163,18 @@ pub struct Prediction {
     pub prompt_mean_abs_error_tokens: f64,
 }
 
+/// Per-request values kept whole, so that a report can put a bootstrap confidence interval on
+/// their percentiles (the [`Dist`]s above are summaries and cannot be resampled). Each array is
+/// sorted ascending, exact to the microsecond (not rounded to the histograms' three digits), one
+/// value per completed request; files written before these existed have no `samples` key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Samples {
+    /// TTFT of every completed request, µs, ascending (as `ttft_us` summarises).
+    pub ttft_us: Vec<u64>,
+    /// TPOT of every completed request with two tokens or more, µs, ascending (as `tpot_us`).
+    pub tpot_us: Vec<u64>,
+}
+
 /// Warmup requests: sent, counted here only.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct WarmupCounts {
@@ -216,6 +228,8 @@ pub struct RunReport {
     pub e2e_us: Dist,
     /// Actual minus scheduled send, every measured request that was written.
     pub send_lag_us: Dist,
+    /// The TTFT and TPOT values themselves, for confidence intervals.
+    pub samples: Samples,
     /// Usage totals.
     pub usage: UsageTotals,
     /// Requests per replica.
@@ -280,6 +294,7 @@ pub struct Recorder {
     itl: Histogram<u64>,
     e2e: Histogram<u64>,
     lag: Histogram<u64>,
+    samples: Samples,
     sent: u64,
     completed: u64,
     good: u64,
@@ -306,6 +321,7 @@ impl Recorder {
             itl: h()?,
             e2e: h()?,
             lag: h()?,
+            samples: Samples::default(),
             sent: 0,
             completed: 0,
             good: 0,
@@ -358,9 +374,11 @@ impl Recorder {
         self.e2e.saturating_record(micros(s.e2e));
         if let Some(t) = s.ttft {
             self.ttft.saturating_record(micros(t));
+            self.samples.ttft_us.push(micros(t));
         }
         if let Some(t) = s.tpot() {
             self.tpot.saturating_record(micros(t));
+            self.samples.tpot_us.push(micros(t));
         }
         for gap in &s.itl {
             self.itl.saturating_record(micros(*gap));
@@ -391,6 +409,14 @@ impl Recorder {
             self.prompt_compared += 1;
             self.prompt_abs_error_sum += p.abs_diff(u.prompt_tokens) as u128;
         }
+    }
+
+    /// The samples so far, each array sorted ascending.
+    fn sorted_samples(&self) -> Samples {
+        let mut out = self.samples.clone();
+        out.ttft_us.sort_unstable();
+        out.tpot_us.sort_unstable();
+        out
     }
 
     /// Builds the report.
@@ -466,6 +492,7 @@ impl Recorder {
             itl_us: Dist::of(&self.itl),
             e2e_us: Dist::of(&self.e2e),
             send_lag_us: Dist::of(&self.lag),
+            samples: self.sorted_samples(),
             usage,
             replicas,
             prediction,
@@ -667,6 +694,13 @@ mod tests {
             }
         );
         assert_eq!(rep.ttft_us.count, 3, "warmup and failures excluded");
+        assert_eq!(
+            rep.samples.ttft_us,
+            [100_000, 100_000, 300_000],
+            "one sample per completed request, sorted, µs"
+        );
+        // TPOT (e2e − ttft) / (tokens − 1): 30 ms, 31 ms, 100 ms.
+        assert_eq!(rep.samples.tpot_us, [30_000, 31_000, 100_000]);
         assert_eq!(rep.itl_us.count, 21);
     }
 
@@ -740,6 +774,7 @@ mod tests {
             "itl_us",
             "e2e_us",
             "send_lag_us",
+            "samples",
             "usage",
             "replicas",
             "prediction",
