@@ -331,9 +331,18 @@ fn openai_prompt_too_long_parity() {
     assert_eq!(err.status, 400);
     assert_eq!(err.body, load_body("39_err_prompt_too_long"));
     assert_eq!(check_prompt_len(&req, 2044, 2048), Ok(4));
-    assert!(check_prompt_len(&req, 2045, 2048).is_err());
+    // vLLM's get_max_tokens: max_tokens is clamped to the room left, not refused ...
+    assert_eq!(check_prompt_len(&req, 2045, 2048), Ok(3));
+    // ... until no room is left: SamplingParams refuses max_tokens=0.
+    let full = check_prompt_len(&req, 2048, 2048).unwrap_err();
+    assert_eq!(
+        full.body,
+        r#"{"error":{"message":"max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)","type":"BadRequestError","param":"max_tokens","code":400}}"#
+    );
+    // Completions default max_tokens to 16 (CompletionRequest.max_tokens).
     let open = parse_request(Api::Completions, br#"{"prompt":"x"}"#, &server()).unwrap();
-    assert_eq!(check_prompt_len(&open, 2000, 2048), Ok(48));
+    assert_eq!(check_prompt_len(&open, 2000, 2048), Ok(16));
+    assert_eq!(check_prompt_len(&open, 2040, 2048), Ok(8));
 }
 
 #[test]
@@ -376,7 +385,10 @@ fn openai_unsupported_parameters_are_named() {
         ("31_cmpl_n2", "n"),
     ] {
         let r = load_req(tag);
-        let e = parse_request(r.api(), &r.body, &server()).unwrap_err();
+        // `n` is refused after vLLM's own sampling checks (stage 2).
+        let e = parse_request(r.api(), &r.body, &server())
+            .and_then(|q| check_prompt_len(&q, 10, 2048))
+            .unwrap_err();
         assert_eq!(e.status, 400, "{tag}");
         let v: Value = serde_json::from_str(&e.body).unwrap();
         assert_eq!(v["error"]["param"], param, "{tag}");

@@ -304,7 +304,7 @@ fn render_tokens_are_what_the_engine_prefills_and_no_engine_work() {
                 .collect();
             assert_eq!(tok_ids, ids, "/tokenize of {body}");
         }
-        // Without max_tokens the effective value is the room the context leaves.
+        // Without max_tokens a completion asks for CompletionRequest's default, 16.
         let r = send(
             a,
             &post(
@@ -313,7 +313,7 @@ fn render_tokens_are_what_the_engine_prefills_and_no_engine_work() {
                 "",
             ),
         );
-        assert_eq!(r.json()[0]["sampling_params"]["max_tokens"], 2048 - 3);
+        assert_eq!(r.json()[0]["sampling_params"]["max_tokens"], 16);
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The engine supplies generated text, token counts and ids; this module only formats.
 //! Flow for a completion request:
-//! 1. [`route`] the method and path (404/405 bodies as Starlette writes them);
+//! 1. [`route`] the method and path (404/405 bodies as Starlette writes them), then
+//!    [`check_json_media_type`] on the JSON routes;
 //! 2. [`parse_request`] the body (FastAPI/pydantic errors, model check, vLLM's validators,
 //!    and a 400 naming any parameter the simulator cannot model faithfully);
 //! 3. tokenize, then [`check_prompt_len`] for the effective `max_tokens`;
@@ -11,12 +12,17 @@
 //! 5. [`completion_body`] or a [`StreamWriter`] for the answer.
 
 mod error;
+mod media;
+mod pyjson;
 mod render;
 mod request;
 mod response;
+mod sampling;
 mod tokenization;
+mod validators;
 
 pub use error::{python_json_error, ApiError};
+pub use media::check_json_media_type;
 pub use render::{
     anthropic_to_chat, chat_render_body, completions_render_body, push_generate_request,
     scale_out_disabled, Rendered,

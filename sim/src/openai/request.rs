@@ -1,16 +1,20 @@
 //! Parsing and validating `/v1/chat/completions` and `/v1/completions` bodies as vLLM 0.32 does.
 //!
-//! Two stages, because one check needs the prompt's token count, which only the engine's
+//! Two stages, because some checks need the prompt's token count, which only the engine's
 //! tokenizer knows:
-//! 1. [`parse_request`]: JSON and field validation (FastAPI/pydantic errors), model check (404),
+//! 1. [`parse_request`]: JSON, the request model's "before" validators
+//!    ([`super::validators`]), field types (FastAPI/pydantic errors), model check (404),
 //!    empty conversation, `max_tokens > max_model_len`, then the parameters the simulator
 //!    refuses.
-//! 2. [`check_prompt_len`]: prompt against `max_model_len`, returning the effective
-//!    `max_tokens`.
+//! 2. [`check_prompt_len`]: prompt against `max_model_len`, `max_tokens` clamped to the room
+//!    left, then `SamplingParams`' checks ([`super::sampling`]) and the `n != 1` refusal;
+//!    returns the effective `max_tokens`.
 
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, ValidationItem};
+use super::sampling;
+use super::validators::before_validators;
 
 /// Which completion API a request uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +79,24 @@ pub struct CompletionRequest {
     pub model: String,
     /// The prompt.
     pub input: PromptInput,
-    /// `max_completion_tokens` or `max_tokens` as given (chat prefers the former).
-    pub max_tokens: Option<u32>,
+    /// `max_completion_tokens` or `max_tokens` as given (chat prefers the former); checked
+    /// against the context in [`check_prompt_len`].
+    pub max_tokens: Option<i64>,
+    /// Which field `max_tokens` came from (`max_completion_tokens` or `max_tokens`), as vLLM
+    /// names it in the `max_model_len` error.
+    pub max_tokens_param: &'static str,
+    /// `n` (default 1; only 1 is served, see [`parse_request`]).
+    pub n: i64,
+    /// Chat: `logprobs` (a bool).
+    pub logprobs_on: bool,
+    /// Chat: `top_logprobs` (null reads as 0).
+    pub top_logprobs: i64,
+    /// Completions: `logprobs` (a count).
+    pub logprobs: Option<i64>,
+    /// `prompt_logprobs`.
+    pub prompt_logprobs: Option<i64>,
+    /// `include_stop_str_in_output`: a matched stop string stays in the text.
+    pub include_stop_str_in_output: bool,
     /// `stream`.
     pub stream: bool,
     /// `stream_options.include_usage`.
@@ -89,8 +109,8 @@ pub struct CompletionRequest {
     pub stop_token_ids: Vec<u32>,
     /// `ignore_eos`.
     pub ignore_eos: bool,
-    /// `min_tokens`.
-    pub min_tokens: u32,
+    /// `min_tokens` (negative values are refused by [`check_prompt_len`]).
+    pub min_tokens: i64,
     /// `return_token_ids` (vLLM extension).
     pub return_token_ids: bool,
     /// `return_token_ids` as sent (`None` when absent or null), for the render routes.
@@ -146,6 +166,7 @@ pub fn parse_request(
     server: &ServerInfo,
 ) -> Result<CompletionRequest, ApiError> {
     let obj = json_object(body)?;
+    before_validators(api, &obj)?;
     let f = Fields { obj: &obj };
 
     // pydantic: fields and types.
@@ -155,18 +176,30 @@ pub fn parse_request(
     };
     let model = f.opt_str("model")?;
     let stream = f.opt_bool("stream")?.unwrap_or(false);
-    let max_tokens = match api {
-        Api::Chat => match f.opt_int("max_completion_tokens")? {
-            Some(v) => Some(v),
-            None => f.opt_int("max_tokens")?,
+    let (max_tokens, max_tokens_param) = match api {
+        Api::Chat => match f.opt_i64("max_completion_tokens")? {
+            Some(v) => (Some(v), "max_completion_tokens"),
+            None => (f.opt_i64("max_tokens")?, "max_tokens"),
         },
-        Api::Completions => f.opt_int("max_tokens")?,
+        // `normalize_null_max_tokens`: null reads as the default, 16.
+        Api::Completions => (Some(f.opt_i64("max_tokens")?.unwrap_or(16)), "max_tokens"),
     };
+    let n = f.opt_i64("n")?.unwrap_or(1);
+    let (logprobs_on, top_logprobs, logprobs) = match api {
+        Api::Chat => (
+            f.opt_bool("logprobs")?.unwrap_or(false),
+            f.opt_i64("top_logprobs")?.unwrap_or(0),
+            None,
+        ),
+        Api::Completions => (false, 0, f.opt_i64("logprobs")?),
+    };
+    let prompt_logprobs = f.opt_i64("prompt_logprobs")?;
+    let include_stop_str_in_output = f.opt_bool("include_stop_str_in_output")?.unwrap_or(false);
     let (include_usage, continuous_usage_stats, has_stream_options) = f.stream_options()?;
     let stop = f.stop()?;
     let stop_token_ids = f.int_list("stop_token_ids")?;
     let ignore_eos = f.opt_bool("ignore_eos")?.unwrap_or(false);
-    let min_tokens = f.opt_int("min_tokens")?.unwrap_or(0);
+    let min_tokens = f.opt_i64("min_tokens")?.unwrap_or(0);
     let return_token_ids_param = f.opt_bool("return_token_ids")?;
     let return_token_ids = return_token_ids_param.unwrap_or(false);
     let cache_salt = f.opt_str("cache_salt")?;
@@ -185,22 +218,6 @@ pub fn parse_request(
     let frequency_penalty = f.opt_float("frequency_penalty")?;
     let repetition_penalty = f.opt_float("repetition_penalty")?;
 
-    // pydantic model validators (VLLMValidationError → BadRequestError).
-    if has_stream_options && !stream {
-        return Err(ApiError::invalid_param(
-            "Stream options can only be defined when `stream=True`.",
-            "stream_options",
-            None,
-        ));
-    }
-    if cache_salt.as_deref() == Some("") {
-        return Err(ApiError::invalid_param(
-            "Parameter 'cache_salt' must be a non-empty string if provided.",
-            "cache_salt",
-            None,
-        ));
-    }
-
     // Serving layer: model check first.
     let model = match model.as_deref() {
         None | Some("") => server.served_model_names[0].clone(),
@@ -216,23 +233,16 @@ pub fn parse_request(
             ));
         }
     }
+    // The renderer's `TokenizeParams`: the requested output against the context.
     if let Some(mt) = max_tokens {
-        if mt > server.max_model_len {
+        if mt > i64::from(server.max_model_len) {
             return Err(ApiError::invalid_param(
                 &format!(
-                    "max_tokens={mt} cannot be greater than max_model_len={}. Please request fewer output tokens.",
+                    "{max_tokens_param}={mt} cannot be greater than max_model_len={}. Please request fewer output tokens.",
                     server.max_model_len
                 ),
-                "max_tokens",
+                max_tokens_param,
                 Some(&mt.to_string()),
-            ));
-        }
-        if mt == 0 {
-            // Unverified against a capture: vLLM's SamplingParams refuses max_tokens < 1.
-            return Err(ApiError::invalid_param(
-                "max_tokens must be at least 1, got 0.",
-                "max_tokens",
-                Some("0"),
             ));
         }
     }
@@ -244,6 +254,13 @@ pub fn parse_request(
         model,
         input,
         max_tokens,
+        max_tokens_param,
+        n,
+        logprobs_on,
+        top_logprobs,
+        logprobs,
+        prompt_logprobs,
+        include_stop_str_in_output,
         stream,
         include_usage: stream && include_usage,
         continuous_usage_stats: stream && continuous_usage_stats,
@@ -270,47 +287,71 @@ pub fn parse_request(
     })
 }
 
-/// Stage 2: checks the tokenized prompt length against `max_model_len` and returns the
-/// effective `max_tokens` (vLLM's default: whatever room the context leaves).
+/// Stage 2: checks the tokenized prompt length against `max_model_len`, clamps `max_tokens`
+/// to the room left (vLLM's `get_max_tokens`: the smaller of the two, the room when unset),
+/// then runs the `SamplingParams` checks on that value. Returns the effective `max_tokens`.
 pub fn check_prompt_len(
     req: &CompletionRequest,
     prompt_tokens: u32,
     max_model_len: u32,
 ) -> Result<u32, ApiError> {
     if prompt_tokens > max_model_len {
-        // vLLM tokenizes with truncation at max_model_len + 1, hence "at least".
-        let at_least = max_model_len + 1;
+        // Text is tokenized with truncation at max_model_len + 1; token ids are counted as sent.
+        let count = match req.input {
+            PromptInput::TokenIds(_) => prompt_tokens,
+            _ => max_model_len + 1,
+        };
+        let qualifier = if count == max_model_len + 1 {
+            "at least "
+        } else {
+            ""
+        };
         return Err(ApiError::invalid_param(
             &format!(
-                "This model's maximum context length is {max_model_len} tokens. However, your prompt contains at least {at_least} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
+                "This model's maximum context length is {max_model_len} tokens. However, your prompt contains {qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
             ),
             "input_tokens",
-            Some(&at_least.to_string()),
+            Some(&count.to_string()),
         ));
     }
-    let room = max_model_len - prompt_tokens;
-    match req.max_tokens {
-        Some(mt) if mt <= room => Ok(mt),
-        None if room > 0 => Ok(room),
-        mt => {
-            // Unverified against a capture (no fixture): vLLM's wording for prompt + max_tokens
-            // over the context.
-            let mt = mt.unwrap_or(0);
-            Err(ApiError::invalid_param(
-                &format!(
-                    "'max_tokens' or 'max_completion_tokens' is too large: {mt}. This model's maximum context length is {max_model_len} tokens and your request has {prompt_tokens} input tokens ({mt} > {max_model_len} - {prompt_tokens})."
-                ),
-                "max_tokens",
-                Some(&mt.to_string()),
-            ))
-        }
+    let room = i64::from(max_model_len - prompt_tokens);
+    let effective = req.max_tokens.map_or(room, |mt| mt.min(room));
+    sampling::verify(req, effective)?;
+    if req.n != 1 {
+        return Err(ApiError::unsupported(
+            "n",
+            &req.n.to_string(),
+            "n != 1 (several choices)",
+        ));
     }
+    u32::try_from(effective).map_err(|_| ApiError::bad_request("max_tokens out of range"))
 }
 
 /// The body as a JSON object: vLLM's 400 for bytes that are not JSON, and pydantic's
 /// `model_attributes_type` error for JSON that is not an object.
 pub(crate) fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::bad_json(body))?;
+    if body.is_empty() {
+        // FastAPI leaves an empty body as None: the body field is missing.
+        return Err(ApiError::validation(&[ValidationItem {
+            kind: "missing",
+            loc: "body".to_owned(),
+            msg: "Field required",
+            input: "None".to_owned(),
+            ctx: None,
+        }]));
+    }
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => {
+            let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_json(body))?;
+            if super::error::python_json_error(text).is_some() {
+                return Err(ApiError::bad_json(body));
+            }
+            // Python accepts what serde does not: NaN, ±Infinity, numbers beyond f64.
+            serde_json::from_str(&super::pyjson::with_sentinels(text))
+                .map_err(|_| ApiError::bad_json(body))?
+        }
+    };
     match value {
         Value::Object(obj) => Ok(obj),
         other => Err(ApiError::validation(&[ValidationItem {
@@ -330,6 +371,9 @@ pub(crate) fn py_input(v: &Value) -> String {
         Value::Bool(true) => "True".to_owned(),
         Value::Bool(false) => "False".to_owned(),
         Value::Number(n) => n.to_string(),
+        Value::String(s) if super::pyjson::sentinel(s).is_some() => {
+            super::sampling::py_float(super::pyjson::sentinel(s).unwrap_or(f64::NAN))
+        }
         Value::String(s) => {
             let mut out = String::new();
             super::error::push_py_repr(&mut out, s);
@@ -530,22 +574,22 @@ impl Fields<'_> {
         }
     }
 
-    fn opt_int(&self, key: &str) -> Result<Option<u32>, ApiError> {
-        match self.opt_i64(key)? {
-            None => Ok(None),
-            Some(i) if (0..=u32::MAX as i64).contains(&i) => Ok(Some(i as u32)),
-            Some(i) => Err(ApiError::invalid_param(
-                &format!("{key} must be at least 1, got {i}."),
-                key,
-                Some(&i.to_string()),
-            )),
-        }
-    }
-
     fn opt_float(&self, key: &str) -> Result<Option<f64>, ApiError> {
         match non_null(self.obj, key) {
             None => Ok(None),
             Some(Value::Number(n)) => Ok(n.as_f64()),
+            Some(Value::Bool(b)) => Ok(Some(f64::from(u8::from(*b)))),
+            Some(v @ Value::String(s)) => super::pyjson::sentinel(s)
+                .or_else(|| s.trim().parse::<f64>().ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    type_error(
+                        key,
+                        "float_parsing",
+                        "Input should be a valid number, unable to parse string as a number",
+                        v,
+                    )
+                }),
             Some(v) => Err(type_error(
                 key,
                 "float_type",
@@ -616,15 +660,6 @@ impl Fields<'_> {
     fn refuse_unsupported(&self, api: Api) -> Result<(), ApiError> {
         let o = self.obj;
         let shown = |v: &Value| v.to_string();
-        if let Some(v) = non_null(o, "n") {
-            if lax_int(v) != Some(1) {
-                return Err(ApiError::unsupported(
-                    "n",
-                    &shown(v),
-                    "n != 1 (several choices)",
-                ));
-            }
-        }
         if let Some(v) = non_null(o, "best_of") {
             if lax_int(v) != Some(1) {
                 return Err(ApiError::unsupported("best_of", &shown(v), "best_of"));
@@ -723,6 +758,9 @@ impl Fields<'_> {
 
 fn int_error(key: &str, v: &Value) -> ApiError {
     match v {
+        Value::String(s) if super::pyjson::sentinel(s).is_some() => {
+            type_error(key, "finite_number", "Input should be a finite number", v)
+        }
         Value::String(_) => type_error(
             key,
             "int_parsing",
@@ -747,6 +785,7 @@ fn lax_int(v: &Value) -> Option<i64> {
                 .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
                 .map(|f| f as i64)
         }),
+        Value::String(s) if super::pyjson::sentinel(s).is_some() => None,
         Value::String(s) => s.trim().parse().ok(),
         Value::Bool(b) => Some(*b as i64),
         _ => None,

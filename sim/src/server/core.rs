@@ -90,6 +90,8 @@ pub(crate) struct Submit {
     pub(crate) max_tokens_param: Option<u64>,
     /// `cache_salt` (isolates the request's cached blocks).
     pub(crate) cache_salt: Option<String>,
+    /// `include_stop_str_in_output`: a matched stop string (or stop token's text) stays.
+    pub(crate) include_stop_str_in_output: bool,
 }
 
 struct Live {
@@ -100,6 +102,12 @@ struct Live {
     last_token: f64,
     text: String,
     stop: Vec<String>,
+    /// See [`Submit::include_stop_str_in_output`].
+    include_stop: bool,
+    /// `min_tokens`: stop strings are looked for only in text after this many tokens.
+    min_tokens: usize,
+    /// Byte offset of the text after the first `min_tokens` tokens.
+    stop_check_from: usize,
     generated: u32,
     /// Ended by a stop string: leaves the scheduler at the step boundary, counted as `stop`.
     stop_string: Option<String>,
@@ -206,6 +214,7 @@ impl Core {
         let id = self.next_id;
         self.next_id += 1;
         let prompt_len = s.prompt.len();
+        let min_tokens = s.min_tokens;
         let mut req = Request::new(id, s.prompt, s.max_tokens, self.floor);
         req.min_tokens = s.min_tokens;
         req.stop_token_ids = s.stop_token_ids;
@@ -224,6 +233,9 @@ impl Core {
                 last_token: arrival,
                 text: String::new(),
                 stop: s.stop,
+                include_stop: s.include_stop_str_in_output,
+                min_tokens,
+                stop_check_from: 0,
                 generated: 0,
                 stop_string: None,
                 max_tokens_param: s.max_tokens_param,
@@ -376,19 +388,26 @@ impl Core {
                 continue;
             }
             l.generated += 1;
-            let piece = self.tok.decode(&[t.token]);
+            // vLLM leaves a stop token's text out unless include_stop_str_in_output.
+            let stop_token = !l.include_stop
+                && out
+                    .finished
+                    .iter()
+                    .any(|f| f.id == t.id && f.stop_token == Some(t.token));
+            let piece = if stop_token {
+                String::new()
+            } else {
+                self.tok.decode(&[t.token])
+            };
             let prev = l.text.len();
             l.text.push_str(&piece);
             let mut emit = piece;
-            if let Some((pos, s)) = l
-                .stop
-                .iter()
-                .filter_map(|s| l.text.find(s.as_str()).map(|p| (p, s)))
-                .min_by_key(|(p, _)| *p)
-            {
-                let s = s.clone();
-                emit = l.text[prev.min(pos)..pos].to_owned();
-                l.text.truncate(pos);
+            if l.generated as usize <= l.min_tokens {
+                l.stop_check_from = l.text.len();
+            } else if let Some((pos, end, s)) = find_stop(&l.text, l.stop_check_from, &l.stop) {
+                let cut = if l.include_stop { end } else { pos };
+                emit = l.text[prev.min(cut)..cut].to_owned();
+                l.text.truncate(cut);
                 l.stop_string = Some(s);
                 stopped.push(t.id);
             }
@@ -517,5 +536,62 @@ pub(crate) async fn run(core: Rc<RefCell<Core>>) {
             // Let response tasks write before the next step when steps take no time to sleep.
             yield_once().await;
         }
+    }
+}
+
+/// vLLM's `check_stop_strings` over `text`, for matches that end after byte `from` (the text
+/// of the first `min_tokens` tokens cannot stop the request): the stop string that completes
+/// earliest, ties in list order, as `(start, end, stop)`.
+fn find_stop(text: &str, from: usize, stop: &[String]) -> Option<(usize, usize, String)> {
+    let mut best: Option<(usize, usize, &String)> = None;
+    for s in stop.iter().filter(|s| !s.is_empty()) {
+        let mut start = from.saturating_sub(s.len() - 1).min(text.len());
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        if let Some(p) = text[start..].find(s.as_str()) {
+            let pos = start + p;
+            let end = pos + s.len();
+            if best.is_none_or(|(_, e, _)| end < e) {
+                best = Some((pos, end, s));
+            }
+        }
+    }
+    best.map(|(p, e, s)| (p, e, s.clone()))
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::find_stop;
+
+    fn stops(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_stop_string_completing_first_wins() {
+        // "cd" ends at 4, "bcde" at 5: vLLM picks the one that completes first.
+        let got = find_stop("abcdef", 0, &stops(&["bcde", "cd"]));
+        assert_eq!(got, Some((2, 4, "cd".to_owned())));
+        // Ties go to list order.
+        let got = find_stop("xaby", 0, &stops(&["b", "ab"]));
+        assert_eq!(got, Some((2, 3, "b".to_owned())));
+        let got = find_stop("xaby", 0, &stops(&["ab", "b"]));
+        assert_eq!(got, Some((1, 3, "ab".to_owned())));
+    }
+
+    #[test]
+    fn text_of_the_min_tokens_prefix_cannot_stop() {
+        // The prefix "ab" (min_tokens' text) holds "a": only a match ending after it counts.
+        assert_eq!(
+            find_stop("abca", 2, &stops(&["a"])),
+            Some((3, 4, "a".to_owned()))
+        );
+        // A match straddling the boundary counts (it ends after the prefix).
+        assert_eq!(
+            find_stop("abcd", 2, &stops(&["bc"])),
+            Some((1, 3, "bc".to_owned()))
+        );
+        assert_eq!(find_stop("abcd", 2, &stops(&["ab"])), None);
     }
 }

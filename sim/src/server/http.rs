@@ -366,6 +366,14 @@ async fn respond(
     route: Route,
     body: &[u8],
 ) -> bool {
+    if matches!(
+        route,
+        Route::ChatCompletions | Route::Completions | Route::Tokenize | Route::Detokenize
+    ) {
+        if let Err(e) = openai::check_json_media_type(head.header("content-type"), body) {
+            return error(ctx, conn, io, head, &e).await;
+        }
+    }
     match route {
         Route::Health | Route::Ping => simple(ctx, conn, io, head, 200, None, None, b"").await,
         Route::Load => {
@@ -706,11 +714,12 @@ async fn completion(
             prompt
         },
         max_tokens: max_tokens as usize,
-        min_tokens: req.min_tokens as usize,
+        min_tokens: usize::try_from(req.min_tokens).unwrap_or(0),
         stop_token_ids,
         stop: req.stop.clone(),
         seed: seed_of(ctx, &req, seed_hint),
-        max_tokens_param: req.max_tokens.map(u64::from),
+        max_tokens_param: req.max_tokens.and_then(|m| u64::try_from(m).ok()),
+        include_stop_str_in_output: req.include_stop_str_in_output,
         cache_salt: req.cache_salt.clone(),
     };
     let submitted = ctx.core.borrow_mut().submit(submit);
