@@ -11,6 +11,7 @@
 //! next request.
 
 use inferrail_routing::offer::HeldTokens;
+use inferrail_routing::PoolRoom;
 use inferrail_routing::PromptView;
 use inferrail_shards::index::{HeldBlocks, IndexShards, RecordTicket};
 use inferrail_shards::pool::{Job, WorkerPool};
@@ -92,6 +93,10 @@ impl PromptFacts {
             gpu: take(held.gpu),
             cpu: take(held.cpu),
             storage: take(held.storage),
+            room: held.room.map(|r| PoolRoom {
+                free_blocks: r.free_blocks,
+                reuse: f64::from(r.reuse_permille) / 1000.0,
+            }),
         }
     }
 }
@@ -488,13 +493,21 @@ mod tests {
         let pooled = pooled.unwrap();
         assert_eq!(pooled.hashes, facts.hashes, "the pool and the core agree");
         let held = block_on(p.held_blocks(&pooled, &[1, 2], &generous)).unwrap();
+        let tiers: Vec<HeldBlocks> = held
+            .iter()
+            .map(|h| HeldBlocks { room: None, ..*h })
+            .collect();
         assert_eq!(
-            held,
+            tiers,
             [
                 HeldBlocks::on_gpu(facts.hashes.len()),
                 HeldBlocks::default()
             ]
         );
+        // The replica the prompt was recorded on reports its pool's room; the other was never
+        // routed to, so the index has nothing to say about it.
+        assert!(held[0].room.is_some_and(|r| r.free_blocks > 0));
+        assert_eq!(held[1].room, None);
         // Unknown models have no tokenizer, whatever the budget.
         let none = block_on(p.prompt("other", Endpoint::Completion, BODY, &generous)).facts;
         assert_eq!(none.unwrap_err(), "no_tokenizer");
@@ -525,8 +538,18 @@ mod tests {
             hashes: Arc::from(Vec::new()),
             block_size: 16,
         };
-        let blocks = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
-        let tokens = |gpu, cpu, storage| HeldTokens { gpu, cpu, storage };
+        let blocks = |gpu, cpu, storage| HeldBlocks {
+            gpu,
+            cpu,
+            storage,
+            room: None,
+        };
+        let tokens = |gpu, cpu, storage| HeldTokens {
+            gpu,
+            cpu,
+            storage,
+            room: None,
+        };
         // 100 tokens: six full blocks, all of them may be cached.
         assert_eq!(f(100).held_tokens(blocks(2, 3, 1)), tokens(32, 48, 16));
         // 96 tokens: the sixth block holds the last token, so five are cached at most.

@@ -25,6 +25,20 @@ pub struct Candidate {
     /// Seconds to load the offloaded part of `cached_tokens` back from its tiers (the cost
     /// model's `X`; 0 when nothing is offloaded or the replica has no KV events).
     pub tier_secs: f64,
+    /// Its KV pool's room, when a prediction was made: what a new prompt can take there before
+    /// cached blocks are evicted, and how much those are reused.
+    pub room: Option<PoolRoom>,
+}
+
+/// A replica's KV pool as the index sees it at the decision: the cost model prices the
+/// eviction a placement causes from it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PoolRoom {
+    /// Blocks a new prompt can fill without evicting a cached one.
+    pub free_blocks: u32,
+    /// The share (0..=1) of the blocks recently routed there that it already held: how likely
+    /// an evicted block is to be asked for again.
+    pub reuse: f64,
 }
 
 impl Candidate {

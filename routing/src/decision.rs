@@ -74,6 +74,8 @@ pub enum Term {
     Prefill,
     /// cost_model: the tier term (`X`).
     Tier,
+    /// cost_model: the eviction the placement causes elsewhere in the pool.
+    Evict,
     /// kv_aware: the cached fraction.
     Cache,
     /// kv_aware or a load-based policy: the load.
@@ -97,6 +99,7 @@ impl Term {
             Term::Queue => "queue",
             Term::Prefill => "prefill",
             Term::Tier => "tier",
+            Term::Evict => "evict",
             Term::Cache => "cache",
             Term::Load => "load",
             Term::Hash => "hash",
@@ -123,6 +126,14 @@ pub struct Row {
     pub estimate: Estimate,
     /// The prefill it would really compute (with `cached_tokens`), in seconds.
     pub work_secs: f64,
+    /// What placing the prompt there costs other requests: the blocks its pool would evict for
+    /// the prompt's new blocks, priced at their recompute time (`prefill_token_secs` a token)
+    /// times the replica's reuse share; 0 with room to spare or without a pool room. cost_model
+    /// adds it to the estimate when it compares candidates (it is not part of the request's
+    /// own time to first token).
+    pub evict_secs: f64,
+    /// Blocks its pool would evict for the prompt (0 without a pool room).
+    pub evict_blocks: u32,
     /// The policy's own score (kv_aware's score, prefix_hash's rendezvous weight; 0 otherwise).
     pub score: f64,
 }

@@ -28,7 +28,7 @@ pub mod rendezvous;
 pub mod rng;
 pub mod split;
 
-pub use candidate::{Candidate, EngineView};
+pub use candidate::{Candidate, EngineView, PoolRoom};
 pub use cost::Estimate;
 pub use decision::{Decision, Guard, HotRoot, Pick, Row, Steering, Term};
 pub use fleet::FleetFacts;

@@ -3,7 +3,7 @@
 //! reads a snapshot), the shadow and replay tools, and the fleet simulation, so none of them
 //! assembles a candidate its own way.
 
-use crate::candidate::{Candidate, EngineView};
+use crate::candidate::{Candidate, EngineView, PoolRoom};
 use inferrail_config::CostModelParams;
 use std::time::Duration;
 
@@ -64,13 +64,14 @@ pub fn candidate(
         cached_tokens: None,
         queued_prefill_secs: load.queued_prefill_secs,
         tier_secs: 0.0,
+        room: None,
     }
 }
 
 /// The leading tokens of a prompt a replica holds, by the tier its engine gets each from. The
 /// engine recomputes none of them: GPU tokens are in its prefix cache, and vLLM's offloading
 /// connector loads CPU and storage tokens back instead of computing them again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct HeldTokens {
     /// Tokens in the engine's own (GPU) cache.
     pub gpu: u32,
@@ -78,6 +79,8 @@ pub struct HeldTokens {
     pub cpu: u32,
     /// Tokens loaded from a slower tier.
     pub storage: u32,
+    /// The replica's pool room at the lookup (`None` when the index did not say).
+    pub room: Option<PoolRoom>,
 }
 
 impl HeldTokens {
@@ -100,7 +103,8 @@ impl HeldTokens {
 /// Puts each replica's prediction on its candidate: `held(replica index)`, `None` when no
 /// prediction was made for that replica. A candidate gets `cached_tokens` = every held token
 /// ([`HeldTokens::cached`]) and `tier_secs` = the time to load its offloaded ones at `cost`'s
-/// per-token rates ([`CostModelParams::tier_secs`]); without a prediction, `None` and 0.
+/// per-token rates ([`CostModelParams::tier_secs`]) and `room` = its pool room; without a
+/// prediction, `None`, 0 and `None`.
 pub fn annotate(
     candidates: &mut [Candidate],
     cost: &CostModelParams,
@@ -110,6 +114,7 @@ pub fn annotate(
         let h = held(c.replica);
         c.cached_tokens = h.map(|h| h.cached());
         c.tier_secs = h.map_or(0.0, |h| cost.tier_secs(h.cpu, h.storage));
+        c.room = h.and_then(|h| h.room);
     }
 }
 
@@ -199,11 +204,13 @@ mod tests {
                 gpu: 16,
                 cpu: 48,
                 storage: 16,
+                room: None,
             }),
             7 => Some(HeldTokens {
                 gpu: u32::MAX,
                 cpu: 1,
                 storage: 0,
+                room: None,
             }),
             _ => None,
         });

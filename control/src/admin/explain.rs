@@ -160,6 +160,9 @@ fn render(
                         "kv_cache_usage": e.kv_cache_usage, "age_micros": e.age_micros,
                     })),
                     "cached_tokens": c.cached_tokens,
+                    "pool": c.room.map(|room| json!({
+                        "free_blocks": room.free_blocks, "reuse": room.reuse,
+                    })),
                     "priced_cached_tokens": r.priced_cached,
                     "hot_owner": r.hot_owner,
                     "set_aside": r.set_aside.map(|g| g.as_str()),
@@ -168,6 +171,8 @@ fn render(
                         "prefill_secs": r.estimate.prefill,
                         "tier_secs": r.estimate.tier,
                         "total_secs": r.estimate.total(),
+                        "evict_blocks": r.evict_blocks,
+                        "evict_secs": r.evict_secs,
                     },
                     "score": r.score,
                 }),

@@ -6,7 +6,7 @@ use crate::observe::inputs::ShadowInputs;
 use crossbeam_channel::{Receiver, Select, Sender};
 use inferrail_dataplane::predict::PromptFacts;
 use inferrail_dataplane::Snapshot;
-use inferrail_routing::{BlockHash, BrainParams, Candidate, CostModelParams, EngineView};
+use inferrail_routing::{BlockHash, BrainParams, Candidate, CostModelParams, EngineView, PoolRoom};
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -210,6 +210,7 @@ pub(crate) fn candidate_json(c: &Candidate, snapshot: &Snapshot) -> Value {
         "key": c.key,
         "queued_prefill_secs": c.queued_prefill_secs,
         "tier_secs": c.tier_secs,
+        "room": c.room.map(|r| json!({"free_blocks": r.free_blocks, "reuse": r.reuse})),
     })
 }
 
@@ -341,6 +342,14 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
     };
     let prompt_tokens = v.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
     let secs = |name: &str| v.get(name).and_then(Value::as_f64).unwrap_or(0.0);
+    // Lines written before the pool room existed lack it: their router priced no eviction.
+    let room = match v.get("room") {
+        None | Some(Value::Null) => None,
+        Some(r) => Some(PoolRoom {
+            free_blocks: u32::try_from(r.get("free_blocks")?.as_u64()?).ok()?,
+            reuse: r.get("reuse")?.as_f64()?,
+        }),
+    };
     Some((
         Candidate {
             replica,
@@ -352,6 +361,7 @@ pub(crate) fn candidate_from_json(v: &Value) -> Option<(Candidate, String)> {
             cached_tokens,
             queued_prefill_secs: secs("queued_prefill_secs"),
             tier_secs: secs("tier_secs"),
+            room,
         },
         id,
     ))

@@ -42,6 +42,22 @@ fn hot_root(input: &RouteInput<'_>, replicas: usize) -> Option<HotRoot> {
     })
 }
 
+/// Cached blocks `c`'s pool would evict to take the prompt with `cached` tokens held there: its
+/// new blocks (full blocks not held, plus a partial last block) beyond the pool's free ones. 0
+/// without a prompt or a pool room.
+fn evicted_blocks(input: &RouteInput<'_>, c: &Candidate, cached: u32) -> u32 {
+    let (Some(p), Some(room)) = (input.prompt, c.room) else {
+        return 0;
+    };
+    if p.block_size == 0 {
+        return 0;
+    }
+    let full = p.tokens / p.block_size;
+    let partial = u32::from(p.tokens % p.block_size != 0);
+    let new_blocks = full.saturating_sub(cached / p.block_size) + partial;
+    new_blocks.saturating_sub(room.free_blocks)
+}
+
 /// Prices every candidate: predicted and priced cache, the cost estimate and the work it would
 /// really do, and the guards. Rows are in the candidates' order.
 pub fn price(input: &RouteInput<'_>, candidates: &[Candidate]) -> (Vec<Row>, Option<HotRoot>) {
@@ -91,6 +107,13 @@ pub fn price_into(
             },
             tier: c.tier_secs,
         };
+        let evict_blocks = evicted_blocks(input, c, cached);
+        let evict_secs = c.room.map_or(0.0, |room| {
+            f64::from(evict_blocks)
+                * f64::from(input.prompt.map_or(0, |p| p.block_size))
+                * params.cost.prefill_token_secs
+                * room.reuse.clamp(0.0, 1.0)
+        });
         Row {
             set_aside: None,
             cached_tokens: cached,
@@ -98,6 +121,8 @@ pub fn price_into(
             hot_owner,
             estimate,
             work_secs,
+            evict_secs,
+            evict_blocks,
             score: 0.0,
         }
     }));

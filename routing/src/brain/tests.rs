@@ -106,6 +106,7 @@ fn offloaded_tokens_are_priced_by_their_load_time() {
         gpu: 0,
         cpu: 4000,
         storage: 0,
+        room: None,
     };
     let candidates = |cost: &inferrail_config::CostModelParams, held: [Option<HeldTokens>; 2]| {
         let mut c: Vec<Candidate> = (0..2)
@@ -145,6 +146,7 @@ fn offloaded_tokens_are_priced_by_their_load_time() {
         gpu: 0,
         cpu: 0,
         storage: 4000,
+        room: None,
     };
     let c = candidates(&slow, [Some(in_storage), Some(HeldTokens::default())]);
     let d = run(PolicyKind::CostModel, &i, &c, 1);
@@ -543,4 +545,74 @@ proptest! {
             prop_assert_eq!(fa.sessions.get(s), fb.sessions.get(s));
         }
     }
+}
+
+/// The eviction term: a cold prompt goes where the pool has room rather than to a full replica
+/// holding one more block of it; it costs nothing with room, scales with the replica's reuse,
+/// and still loses to a large enough cache hit.
+#[test]
+fn cost_model_prices_the_eviction_a_placement_causes() {
+    use crate::candidate::PoolRoom;
+    let params = BrainParams::default();
+    let h = hashes(81, 21);
+    // 1,300 tokens: 81 full blocks and a partial one.
+    let prompt = PromptView {
+        tokens: 1300,
+        hashes: &h,
+        block_size: 16,
+    };
+    let i = input(Some(prompt), &params, fleet());
+    let room = |free_blocks, reuse| Some(PoolRoom { free_blocks, reuse });
+    // A holds the prompt's first block (a shared chat-template opening) but is full; B is cold
+    // with room for the whole prompt.
+    let a = Candidate {
+        room: room(0, 0.9),
+        ..cand(0, 0, 16, 0.0)
+    };
+    let b = Candidate {
+        room: room(600, 0.9),
+        ..cand(1, 0, 0, 0.0)
+    };
+    let d = run(PolicyKind::CostModel, &i, &[a, b], 1);
+    assert_eq!((d.winner, d.decided_by), (1, Term::Evict), "{d:?}");
+    // A evicts its 81 new blocks (80 full not held, plus the partial one): 81 * 16 tokens of
+    // recompute at a = 1e-4 s, times its reuse 0.9. B evicts nothing.
+    assert_eq!((d.rows[0].evict_blocks, d.rows[1].evict_blocks), (81, 0));
+    let want = 81.0 * 16.0 * 1e-4 * 0.9;
+    assert!((d.rows[0].evict_secs - want).abs() < 1e-12, "{d:?}");
+    assert_eq!(d.rows[1].evict_secs, 0.0);
+    // The estimate (the request's own time to first token) leaves the eviction out.
+    assert!(d.rows[0].estimate.total() < d.rows[1].estimate.total());
+    // A cache that nobody reuses costs nothing to evict: the header block decides again.
+    let a_unused = Candidate {
+        room: room(0, 0.0),
+        ..a
+    };
+    let d = run(PolicyKind::CostModel, &i, &[a_unused, b], 1);
+    assert_eq!((d.winner, d.decided_by), (0, Term::Prefill), "{d:?}");
+    // Partial room: only the blocks past the free ones are evicted.
+    let a_some = Candidate {
+        room: room(70, 0.9),
+        ..a
+    };
+    let d = run(PolicyKind::CostModel, &i, &[a_some, b], 1);
+    assert_eq!(d.rows[0].evict_blocks, 11, "{d:?}");
+    // A full replica holding most of the prompt still wins: the prefill it saves is worth
+    // more than the few blocks it evicts.
+    let a_warm = Candidate {
+        room: room(0, 0.9),
+        ..cand(0, 0, 1280, 0.0)
+    };
+    let d = run(PolicyKind::CostModel, &i, &[a_warm, b], 1);
+    assert_eq!((d.winner, d.decided_by), (0, Term::Prefill), "{d:?}");
+    assert_eq!(d.rows[0].evict_blocks, 2, "{d:?}");
+    // Without a pool room (no prediction, or an old log line) there is no eviction term.
+    let d = run(
+        PolicyKind::CostModel,
+        &i,
+        &[cand(0, 0, 16, 0.0), cand(1, 0, 0, 0.0)],
+        1,
+    );
+    assert_eq!((d.rows[0].evict_secs, d.rows[1].evict_secs), (0.0, 0.0));
+    assert_eq!(d.winner, 0);
 }

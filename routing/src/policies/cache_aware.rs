@@ -59,8 +59,10 @@ fn best_of(
     (winner, runner_up)
 }
 
-/// `cost_model`: the lowest estimated time to first token, `W + P(u, c) + X`, among the
-/// candidates the guards allow.
+/// `cost_model`: the lowest estimated time to first token, `W + P(u, c) + X`, plus the
+/// eviction the placement causes (`E`, [`Row::evict_secs`]), among the candidates the guards
+/// allow. `E` is 0 wherever the pool has room, so a new prefix goes where it evicts nothing
+/// unless the time saved elsewhere is worth more than the cached blocks it would push out.
 #[derive(Debug, Default)]
 pub struct CostModel;
 
@@ -77,21 +79,20 @@ impl RoutingPolicy for CostModel {
         rng: &mut Rng,
     ) -> Pick {
         for r in rows.iter_mut() {
-            r.score = r.estimate.total();
+            r.score = r.estimate.total() + r.evict_secs;
         }
-        let (winner, runner_up) = best_of(candidates, rows, rng, |a, b| {
-            a.estimate.total() < b.estimate.total()
-        });
+        let (winner, runner_up) = best_of(candidates, rows, rng, |a, b| a.score < b.score);
         let w = rows[winner];
         let decided_by = match runner_up {
             None => Term::OnlyChoice,
-            Some(r) if rows[r].estimate.total() == w.estimate.total() => Term::TieBreak,
+            Some(r) if rows[r].score == w.score => Term::TieBreak,
             Some(r) => {
                 let o = rows[r].estimate;
                 let gains = [
                     (o.queue - w.estimate.queue, Term::Queue),
                     (o.prefill - w.estimate.prefill, Term::Prefill),
                     (o.tier - w.estimate.tier, Term::Tier),
+                    (rows[r].evict_secs - w.evict_secs, Term::Evict),
                 ];
                 gains
                     .iter()

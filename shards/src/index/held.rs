@@ -15,6 +15,21 @@ pub struct HeldBlocks {
     pub cpu: u32,
     /// Past `gpu`, blocks loaded from a slower tier.
     pub storage: u32,
+    /// The replica's pool as the index saw it at the lookup (`None` when not looked up).
+    pub room: Option<PoolRoom>,
+}
+
+/// A replica's KV pool as the index sees it: how much a new prompt can take before blocks are
+/// evicted, and how much its cached blocks have been reused lately. Routing prices the eviction
+/// a placement causes from these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolRoom {
+    /// Blocks the pool can fill without evicting a cached one.
+    pub free_blocks: u32,
+    /// The replica's recent reuse: the share of the blocks routed to it that it already held,
+    /// in thousandths (0..=1000), weighted towards about the last pool's worth of blocks. 1000
+    /// before anything was routed (an unmeasured cache is assumed to be worth keeping).
+    pub reuse_permille: u16,
 }
 
 impl HeldBlocks {
@@ -39,6 +54,7 @@ impl From<MirrorMatch> for HeldBlocks {
             gpu: saturate(m.gpu),
             cpu: saturate(m.cpu),
             storage: saturate(m.storage),
+            room: None,
         }
     }
 }
@@ -66,7 +82,8 @@ mod tests {
             HeldBlocks {
                 gpu: 7,
                 cpu: 0,
-                storage: 0
+                storage: 0,
+                room: None,
             }
         );
         assert_eq!(HeldBlocks::on_gpu(usize::MAX).gpu, u32::MAX);

@@ -23,7 +23,7 @@ mod speculative;
 pub use error::IndexError;
 pub use feed::{apply_batch, engine_id, run_salt, BatchApplied};
 pub use forest::{Forest, Walk, FOREST_MEMBERS};
-pub use held::HeldBlocks;
+pub use held::{HeldBlocks, PoolRoom};
 pub use mirror::{
     EngineBlockId, EngineMirror, KvEventTarget, Medium, Member, MemberMirror, MirrorCounters,
     MirrorMatch, StoreRefused, StoredBlocks,

@@ -113,6 +113,8 @@ pub struct ReplicaBlocks {
     /// Blocks the engine holds without a hash (never used yet, or a request's partial last
     /// block): vLLM keeps them at the head of its free queue, so allocating one evicts nothing.
     spare: usize,
+    /// Recent share of recorded blocks already held (see [`ReplicaBlocks::reuse`]).
+    reuse: f64,
 }
 
 impl ReplicaBlocks {
@@ -130,7 +132,21 @@ impl ReplicaBlocks {
             tail: NIL,
             len: 0,
             map: HashMap::default(),
+            reuse: 1.0,
         }
+    }
+
+    /// The share of the blocks recorded here that were already held, as an average weighted
+    /// towards about the last `capacity` blocks recorded (each record of `n` blocks keeps
+    /// `exp(-n / capacity)` of the old value); 1 before anything was recorded. It says how much
+    /// this replica's cached blocks are reused, so what evicting them would cost.
+    pub fn reuse(&self) -> f64 {
+        self.reuse
+    }
+
+    /// Blocks a new prompt can take without evicting a held block (the spare ones).
+    pub fn free_blocks(&self) -> usize {
+        self.spare
     }
 
     /// Blocks held now; never more than [`ReplicaBlocks::capacity`].
@@ -183,6 +199,11 @@ impl ReplicaBlocks {
             .iter()
             .filter(|b| !self.map.contains_key(&Key::from(**b)))
             .count();
+        if n > 0 {
+            let keep = (-(n as f64) / self.capacity.max(1) as f64).exp();
+            let held = (n - new_blocks) as f64 / n as f64;
+            self.reuse = self.reuse * keep + held * (1.0 - keep);
+        }
         let spare_taken = self.spare.min(new_blocks + usize::from(partial));
         self.spare -= spare_taken;
         let base = self.clock + 1;

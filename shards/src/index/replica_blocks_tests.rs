@@ -332,3 +332,53 @@ proptest! {
         }
     }
 }
+
+/// A naive reference of [`ReplicaBlocks::reuse`]: the exponentially weighted share of recorded
+/// blocks already held, folded block by block (each block keeps `exp(-1 / capacity)`).
+fn reference_reuse(records: &[(usize, usize)], capacity: usize) -> f64 {
+    let keep = (-1.0 / capacity as f64).exp();
+    let mut reuse = 1.0;
+    for &(n, held) in records {
+        // Per record, the held blocks are spread evenly over its n blocks.
+        for _ in 0..n {
+            reuse = reuse * keep + (held as f64 / n as f64) * (1.0 - keep);
+        }
+    }
+    reuse
+}
+
+#[test]
+fn reuse_follows_the_share_of_recorded_blocks_already_held() {
+    let mut r = ReplicaBlocks::new(64);
+    assert_eq!((r.reuse(), r.free_blocks()), (1.0, 64));
+    let prompts: Vec<Vec<BlockHash>> = (0..6)
+        .map(|p| chain(&(0..8).map(|t| 1_000 * p + t).collect::<Vec<u32>>()))
+        .collect();
+    // Distinct prompts: nothing was held, so the share falls towards 0.
+    let mut records = Vec::new();
+    for p in &prompts {
+        r.record(p);
+        records.push((p.len(), 0));
+    }
+    let cold = r.reuse();
+    assert!(
+        (cold - reference_reuse(&records, 64)).abs() < 1e-12,
+        "{cold}"
+    );
+    assert!(cold < 0.5, "{cold}");
+    assert_eq!(r.free_blocks(), 64 - 48);
+    // The same prompts again, all held: the share climbs back.
+    for p in &prompts {
+        r.record(p);
+        records.push((p.len(), p.len()));
+    }
+    let warm = r.reuse();
+    assert!(
+        (warm - reference_reuse(&records, 64)).abs() < 1e-12,
+        "{warm}"
+    );
+    assert!(warm > cold + 0.25, "{cold} -> {warm}");
+    // An empty record changes nothing.
+    r.record(&[]);
+    assert_eq!(r.reuse(), warm);
+}

@@ -227,7 +227,12 @@ mod tests {
     use super::*;
 
     fn held(gpu: u32, cpu: u32, storage: u32) -> HeldBlocks {
-        HeldBlocks { gpu, cpu, storage }
+        HeldBlocks {
+            gpu,
+            cpu,
+            storage,
+            room: None,
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use super::error::IndexError;
 use super::feed::{apply_batch, BatchApplied};
 use super::forest::{Forest, Walk};
-use super::held::HeldBlocks;
+use super::held::{HeldBlocks, PoolRoom};
 use super::mirror::{KvEventTarget, Member, MemberMirror};
 use super::replica_blocks::{RecordUndo, ReplicaBlocks};
 use super::reply::{Gather, LookupPart, LookupReply, PartSender, StatsReply};
@@ -470,6 +470,14 @@ impl Replica {
     }
 }
 
+/// A replica's pool room from its free blocks and its reuse share (0..=1).
+fn room(free_blocks: usize, reuse: f64) -> PoolRoom {
+    PoolRoom {
+        free_blocks: u32::try_from(free_blocks).unwrap_or(u32::MAX),
+        reuse_permille: (reuse.clamp(0.0, 1.0) * 1000.0).round() as u16,
+    }
+}
+
 /// How many leading blocks of `prompt` an exact replica holds, by tier: what the forest walk
 /// found, or with speculative blocks, the GPU run extended by them (and by the GPU blocks they
 /// bridge to on the walked path), then the blocks past it the engine holds, each by its fastest
@@ -638,9 +646,13 @@ impl Shard {
                     asked[f].0 |= 1u64 << bit;
                 }
                 None => {
+                    let room = room(r.blocks.free_blocks(), r.blocks.reuse());
                     answers.push((
                         position,
-                        HeldBlocks::on_gpu(r.blocks.matched_prefix(prompt)),
+                        HeldBlocks {
+                            room: Some(room),
+                            ..HeldBlocks::on_gpu(r.blocks.matched_prefix(prompt))
+                        },
                     ));
                 }
             }
@@ -658,10 +670,12 @@ impl Shard {
                     continue;
                 };
                 if rf == f {
-                    answers.push((
-                        position,
-                        exact_held(&self.walk, bit, &e.speculative, prompt),
-                    ));
+                    let free = e.member.capacity().saturating_sub(e.member.len());
+                    let held = HeldBlocks {
+                        room: Some(room(free, r.blocks.reuse())),
+                        ..exact_held(&self.walk, bit, &e.speculative, prompt)
+                    };
+                    answers.push((position, held));
                 }
             }
         }

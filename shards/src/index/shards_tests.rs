@@ -34,11 +34,14 @@ fn lookups_answer_in_the_order_asked() {
     index.record(20, Arc::clone(&b)).ok();
     let reply = index.lookup(Arc::clone(&a), &[20, 99, 10, 10]);
     assert_eq!(
-        reply.and_then(LookupReply::wait).ok(),
+        reply.and_then(LookupReply::wait).map(without_room).ok(),
         Some(gpu(&[2, 0, 4, 4]))
     );
     let none = index.lookup(Arc::clone(&a), &[]);
-    assert_eq!(none.and_then(LookupReply::wait).ok(), Some(vec![]));
+    assert_eq!(
+        none.and_then(LookupReply::wait).map(without_room).ok(),
+        Some(vec![])
+    );
 }
 
 #[test]
@@ -56,6 +59,7 @@ fn take_back_clear_forget_and_stats() {
         index
             .lookup(Arc::clone(p), rs)
             .and_then(LookupReply::wait)
+            .map(without_room)
             .ok()
             .map(|v| v.iter().map(HeldBlocks::total).collect::<Vec<_>>())
     };
@@ -102,7 +106,8 @@ fn a_ticket_does_not_outlive_a_forgotten_replica() {
     }
     let held = index
         .lookup(Arc::clone(&a), &[5])
-        .and_then(LookupReply::wait);
+        .and_then(LookupReply::wait)
+        .map(without_room);
     assert_eq!(held.ok(), Some(gpu(&[3])));
 }
 
@@ -219,7 +224,7 @@ proptest! {
                 }
                 Op::Lookup(p) => {
                     let prompt = &prompts[p % prompts.len()];
-                    let got = index.lookup(Arc::clone(prompt), &KEYS).and_then(LookupReply::wait);
+                    let got = index.lookup(Arc::clone(prompt), &KEYS).and_then(LookupReply::wait).map(without_room);
                     let want: Vec<HeldBlocks> = KEYS
                         .iter()
                         .map(|k| model.replicas.get(k).map_or(0, |(s, _, _)| s.matched_prefix(prompt)))
@@ -393,7 +398,24 @@ fn stored_run(
     })
 }
 
+/// A lookup's answers by tier, their pool rooms left out (see [`held_with_room`]).
+fn without_room(v: Vec<HeldBlocks>) -> Vec<HeldBlocks> {
+    v.into_iter()
+        .map(|h| HeldBlocks { room: None, ..h })
+        .collect()
+}
+
+/// The blocks of `prompt` that `replica` holds, by tier (its pool room left out: see
+/// [`room_of`]).
 fn held(index: &IndexShards, prompt: &Arc<[BlockHash]>, replica: u64) -> HeldBlocks {
+    HeldBlocks {
+        room: None,
+        ..held_with_room(index, prompt, replica)
+    }
+}
+
+/// What a lookup of `prompt` answers for `replica`, its pool room included.
+fn held_with_room(index: &IndexShards, prompt: &Arc<[BlockHash]>, replica: u64) -> HeldBlocks {
     match index
         .lookup(Arc::clone(prompt), &[replica])
         .and_then(LookupReply::wait)
@@ -496,7 +518,12 @@ fn a_synced_mirror_splits_its_answer_by_tier_and_speculative_blocks_count_as_gpu
     let index = start(2, 100);
     let model: Arc<str> = Arc::from("m");
     let prompt = chain(&[1, 2, 3, 4, 5, 6]);
-    let split = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
+    let split = |gpu, cpu, storage| HeldBlocks {
+        gpu,
+        cpu,
+        storage,
+        room: None,
+    };
     // Blocks 1-2 on the GPU, 3-4 offloaded to the CPU, 5 in storage, 6 nowhere.
     for batch in [
         stored_run(10..12, None, &[1, 2], "GPU"),
@@ -516,7 +543,8 @@ fn a_synced_mirror_splits_its_answer_by_tier_and_speculative_blocks_count_as_gpu
     index.record(4, Arc::clone(&prompt)).unwrap();
     let both = index
         .lookup(Arc::clone(&prompt), &[4, 3])
-        .and_then(LookupReply::wait);
+        .and_then(LookupReply::wait)
+        .map(without_room);
     assert_eq!(both.ok(), Some(vec![split(6, 0, 0), split(3, 1, 1)]));
 }
 
@@ -547,7 +575,8 @@ fn more_exact_replicas_than_one_forest_holds_each_answer_for_itself() {
         .collect();
     let asked = index
         .lookup(Arc::clone(&prompt), &replicas)
-        .and_then(LookupReply::wait);
+        .and_then(LookupReply::wait)
+        .map(without_room);
     assert_eq!(asked.ok(), Some(want.clone()));
     // A replica leaving releases its bit and its blocks; one joining later takes the bit.
     index.stop_events(8).unwrap();
@@ -640,9 +669,41 @@ fn a_speculative_run_past_the_gpu_blocks_is_followed_by_the_offloaded_ones_by_ti
             stored_run(64..65, Some(63), &[5], "STORAGE"),
         )
         .unwrap();
-    let tiers = |gpu, cpu, storage| HeldBlocks { gpu, cpu, storage };
+    let tiers = |gpu, cpu, storage| HeldBlocks {
+        gpu,
+        cpu,
+        storage,
+        room: None,
+    };
     assert_eq!(held(&index, &prompt, 6), tiers(2, 2, 1));
     // Routed here: block 2 counts as on the GPU; block 3 is still loaded from host memory.
     index.record(6, chain(&[1, 2, 3])).unwrap();
     assert_eq!(held(&index, &prompt, 6), tiers(3, 1, 1));
+}
+
+#[test]
+fn lookups_report_each_replicas_pool_room() {
+    // 100 blocks a replica; a 4-block prompt recorded on replica 10 leaves it 96 spare blocks
+    // (whole blocks only, none partial) and a reuse share just under 1.
+    let index = start(2, 100);
+    let a = chain(&[1, 2, 3, 4]);
+    index.record(10, Arc::clone(&a)).ok();
+    let room = held_with_room(&index, &a, 10)
+        .room
+        .expect("a recorded replica has a room");
+    assert_eq!(room.free_blocks, 96);
+    assert!(
+        room.reuse_permille < 1000 && room.reuse_permille > 900,
+        "{room:?}"
+    );
+    // Recording the same prompt again reuses every block: the share rises.
+    index.record(10, Arc::clone(&a)).ok();
+    let again = held_with_room(&index, &a, 10).room.expect("room");
+    assert_eq!(again.free_blocks, 96);
+    assert!(
+        again.reuse_permille > room.reuse_permille,
+        "{room:?} -> {again:?}"
+    );
+    // A replica nothing was routed to has no room to report.
+    assert_eq!(held_with_room(&index, &a, 77).room, None);
 }

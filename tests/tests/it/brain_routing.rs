@@ -388,3 +388,107 @@ fn time_scaled_engines_get_the_same_routing_decisions_and_cache_hits() {
     assert!(at_scale_1.iter().any(|&(_, hit)| hit > 0), "{at_scale_1:?}");
     assert_eq!(at_scale_1, at_scale_8th);
 }
+
+/// Eight system prompts of about 1,300 tokens that share their first 20 words (a whole first
+/// block, with the chat template's opening) and differ after.
+fn long_systems() -> Vec<String> {
+    const WORDS: [&str; 24] = [
+        "the", "of", "and", "to", "in", "is", "it", "you", "that", "was", "for", "on", "are",
+        "with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or",
+    ];
+    (0..8)
+        .map(|s| {
+            (0..1_300)
+                .map(|w| match w {
+                    // A shared opening of 20 words: the first block is the same everywhere.
+                    0..20 => WORDS[w],
+                    _ => WORDS[(w * 7 + s * 13 + w * w * (s + 1)) % WORDS.len()],
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn cost_model_places_new_prefixes_where_there_is_room() {
+    // Issue 15's finding: eight ~1,300-token system prompts, one request at a time, three
+    // engines of 600 blocks (each holds about seven of the prompts, the fleet all eight with
+    // room to spare). Every prompt begins with the same chat-template block, so before the
+    // eviction term the replica holding it priced a few microseconds cheaper for every cold
+    // prompt, took all of them and kept evicting them (engine hit rate 0.70, two replicas
+    // idle). Placing a prompt where it evicts nothing keeps every prompt cached.
+    let sims: Vec<SimServer> = (0..3)
+        .map(|seed| {
+            SimServer::start(SimOptions {
+                enable_prompt_tokens_details: true,
+                zero_latency: true,
+                num_gpu_blocks_override: Some(600),
+                max_model_len: 4096,
+                block_size: BLOCK,
+                seed,
+                ..SimOptions::new(MODEL)
+            })
+            .expect("simulator starts")
+        })
+        .collect();
+    let mut yaml = format!(
+        "server:\n  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  cores: 1\n\
+         models:\n  - name: {MODEL}\n    policy: cost_model\n    tokenizer: builtin:sim\n    block_size: {BLOCK}\n\
+         routing:\n  seed: 5\ntokenizer:\n  max_wait: 2s\nreplicas:\n"
+    );
+    for (i, s) in sims.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim-{i}\n    url: {}\n    models: [{MODEL}]\n    kv_capacity_blocks: 600\n",
+            s.url()
+        ));
+    }
+    let gw = TestGateway::start(&yaml);
+    let systems = long_systems();
+    let mut conn = connect(gw.addr);
+    let (mut cached, mut prompt, mut repeats_missed) = (0u64, 0u64, 0usize);
+    let mut served = std::collections::HashMap::<String, usize>::new();
+    for i in 0..120 {
+        let body = json!({"model": MODEL, "max_tokens": 1, "messages": [
+            {"role": "system", "content": systems[(i * 5) % systems.len()]},
+            {"role": "user", "content": format!("question number {i}")}]});
+        let r = conn
+            .call(
+                "POST",
+                "/v1/chat/completions",
+                &[],
+                Some(body.to_string().as_bytes()),
+            )
+            .expect("response");
+        assert_eq!(r.status, 200, "{}", r.text());
+        *served
+            .entry(r.header("x-inferrail-replica").unwrap_or("").to_string())
+            .or_default() += 1;
+        let v: Value = serde_json::from_str(&r.text()).expect("JSON");
+        let tokens = v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        let hit = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        // After the first round, a request misses when its system prompt was evicted: the
+        // engine then computes more than the question's last two blocks.
+        if i >= systems.len() && hit + 2 * (BLOCK as u64) < tokens {
+            repeats_missed += 1;
+        }
+        prompt += tokens;
+        cached += hit;
+    }
+    let hit_rate = cached as f64 / prompt.max(1) as f64;
+    let busiest = served.values().copied().max().unwrap_or(0);
+    eprintln!("engine hit rate {hit_rate:.3}, {repeats_missed} repeats missed, served {served:?}");
+    // Every prompt's first request is cold (8 of 120); the rest hit all but the question.
+    assert_eq!(
+        repeats_missed, 0,
+        "hit rate {hit_rate:.3}, served {served:?}"
+    );
+    assert!(
+        hit_rate >= 0.85,
+        "hit rate {hit_rate:.3}, served {served:?}"
+    );
+    // No replica holds all eight: the prompts that did not fit went where there was room.
+    assert!(busiest < 120, "one replica took all 120: {served:?}");
+}
