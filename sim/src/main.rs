@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use inferrail_sim::engine::{LatencyKind, LatencyModel, LinearLatency};
 use inferrail_sim::kv_events::KvEventsConfig;
 use inferrail_sim::server::{SimOptions, SimServer, StartError};
 use inferrail_sim::{Behavior, EngineOptions, ScriptedEngine};
@@ -35,11 +36,21 @@ chunked prefill, prefix caching, preemption), latency model and /metrics.
   --max-model-len N                 prompt plus output tokens at most (default 32768)
   --long-prefill-token-threshold N  largest prefill chunk (default 0: the budget)
   --zero-latency                    every step free (for gateway overhead benchmarks)
-  --prefill-token-secs A            prefill cost per computed prompt token, the a of
-                                    P(u,c) = a*u + b*u*(c + u/2) + d (default 1e-4)
-  --prefill-pair-secs B             prefill cost per (new token, context token) pair, b
+  --latency-model stepped|linear    what a step costs (default stepped):
+                                    stepped: one batched pass per step, 2 ms per step plus
+                                      max(16 ms weight read, 0.1 ms per token in the step)
+                                      plus attention in 128-token KV tiles plus 0.15 ms per
+                                      decode sequence (prefill and decode slow each other);
+                                      its coefficients have no flags
+                                    linear: the router's cost formula, prefill
+                                      P(u,c) = a*u + b*u*(c + u/2) + d plus a decode batch of
+                                      18 ms + 0.15 ms per extra sequence (what `inferrail
+                                      calibrate` fits exactly)
+  --prefill-token-secs A            linear model only: a, per computed prompt token
+                                    (default 1e-4)
+  --prefill-pair-secs B             linear model only: b, per (new token, context token) pair
                                     (default 3.3e-9)
-  --prefill-fixed-secs D            prefill cost paid once per prompt, d (default 5e-3)
+  --prefill-fixed-secs D            linear model only: d, once per prompt (default 5e-3)
   --time-scale S                    every modelled latency multiplied by S (> 0; default 1):
                                     at 0.1 a workload sent at 10x its rate plays out as at
                                     its rate, in a tenth of the time
@@ -82,9 +93,55 @@ fn secs(flag: &str, v: &str) -> Result<f64, String> {
     }
 }
 
+/// The linear model's coefficient flags given (`None`: its default).
+#[derive(Debug, Default)]
+struct LinearFlags {
+    prefill_token_secs: Option<f64>,
+    prefill_pair_secs: Option<f64>,
+    prefill_fixed_secs: Option<f64>,
+}
+
+impl LinearFlags {
+    /// The first flag given, by name.
+    fn first_given(&self) -> Option<&'static str> {
+        [
+            ("--prefill-token-secs", self.prefill_token_secs),
+            ("--prefill-pair-secs", self.prefill_pair_secs),
+            ("--prefill-fixed-secs", self.prefill_fixed_secs),
+        ]
+        .into_iter()
+        .find_map(|(name, v)| v.map(|_| name))
+    }
+}
+
+/// The latency model `--latency-model` and the coefficient flags describe; a linear-only flag
+/// with the stepped model is refused (it would be ignored).
+fn latency_model(kind: LatencyKind, flags: &LinearFlags) -> Result<LatencyModel, String> {
+    match kind {
+        LatencyKind::Linear => {
+            let d = LinearLatency::default();
+            Ok(LatencyModel::Linear(LinearLatency {
+                prefill_token_secs: flags.prefill_token_secs.unwrap_or(d.prefill_token_secs),
+                prefill_pair_secs: flags.prefill_pair_secs.unwrap_or(d.prefill_pair_secs),
+                prefill_fixed_secs: flags.prefill_fixed_secs.unwrap_or(d.prefill_fixed_secs),
+                ..d
+            }))
+        }
+        LatencyKind::Stepped => match flags.first_given() {
+            Some(flag) => Err(format!(
+                "{flag} applies to --latency-model linear only (the latency model is stepped, \
+                 the default); add --latency-model linear"
+            )),
+            None => Ok(LatencyModel::of_kind(kind)),
+        },
+    }
+}
+
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut o = SimOptions::default();
     let mut scripted = false;
+    let mut kind = LatencyKind::Stepped;
+    let mut linear = LinearFlags::default();
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -132,12 +189,20 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 o.long_prefill_token_threshold = num(&flag, &value(&flag)?)?;
             }
             "--seed" => o.seed = num(&flag, &value(&flag)?)?,
-            "--prefill-token-secs" => {
-                o.latency.prefill_token_secs = secs(&flag, &value(&flag)?)?;
+            "--latency-model" => {
+                let v = value(&flag)?;
+                kind = LatencyKind::parse(&v).ok_or_else(|| {
+                    format!("--latency-model: expected stepped or linear, got {v:?}")
+                })?;
             }
-            "--prefill-pair-secs" => o.latency.prefill_pair_secs = secs(&flag, &value(&flag)?)?,
+            "--prefill-token-secs" => {
+                linear.prefill_token_secs = Some(secs(&flag, &value(&flag)?)?);
+            }
+            "--prefill-pair-secs" => {
+                linear.prefill_pair_secs = Some(secs(&flag, &value(&flag)?)?);
+            }
             "--prefill-fixed-secs" => {
-                o.latency.prefill_fixed_secs = secs(&flag, &value(&flag)?)?;
+                linear.prefill_fixed_secs = Some(secs(&flag, &value(&flag)?)?);
             }
             "--time-scale" => {
                 let v = value(&flag)?;
@@ -161,6 +226,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             _ => return Err(format!("unknown argument: {arg}")),
         }
     }
+    o.latency = latency_model(kind, &linear)?;
     Ok(if scripted {
         Command::Scripted(o)
     } else {
@@ -253,9 +319,9 @@ fn main() -> ExitCode {
         opts.scheduler_config().num_gpu_blocks,
         opts.block_size,
         if opts.zero_latency {
-            "zero latency"
+            "zero latency".to_owned()
         } else {
-            "latency model"
+            format!("{} latency model", opts.latency.kind().as_str())
         }
     );
     if let Some(kv) = server.kv_events() {
@@ -348,54 +414,119 @@ mod tests {
         assert!(run(&["--nope"]).is_err());
     }
 
+    /// The linear coefficients `args` set (with `--latency-model linear` among them).
+    fn linear_of(args: &[&str]) -> LinearLatency {
+        match run(args) {
+            Ok(Command::Run(SimOptions {
+                latency: LatencyModel::Linear(l),
+                ..
+            })) => l,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
     #[test]
     fn latency_flags() {
         let Ok(Command::Run(a)) = run(&[]) else {
             panic!()
         };
-        assert_eq!(a.latency, inferrail_sim::engine::LatencyModel::default());
-        let Ok(Command::Run(a)) = run(&[
+        assert_eq!(a.latency, LatencyModel::default());
+        assert_eq!(a.latency.kind(), LatencyKind::Stepped);
+        let Ok(Command::Run(a)) = run(&["--latency-model", "stepped"]) else {
+            panic!()
+        };
+        assert_eq!(a.latency, LatencyModel::default());
+        assert_eq!(
+            linear_of(&["--latency-model=linear"]),
+            LinearLatency::default()
+        );
+        // The coefficient flags apply to the linear model, before or after --latency-model.
+        for args in [
+            [
+                "--latency-model",
+                "linear",
+                "--prefill-token-secs",
+                "2e-4",
+                "--prefill-pair-secs=1e-8",
+                "--prefill-fixed-secs",
+                "0.01",
+            ],
+            [
+                "--prefill-token-secs",
+                "2e-4",
+                "--prefill-pair-secs=1e-8",
+                "--prefill-fixed-secs",
+                "0.01",
+                "--latency-model",
+                "linear",
+            ],
+        ] {
+            let l = linear_of(&args);
+            assert_eq!(
+                (
+                    l.prefill_token_secs,
+                    l.prefill_pair_secs,
+                    l.prefill_fixed_secs
+                ),
+                (2e-4, 1e-8, 0.01)
+            );
+            // The decode terms keep their defaults.
+            let d = LinearLatency::default();
+            assert_eq!(
+                (l.decode_token_secs, l.decode_seq_secs),
+                (d.decode_token_secs, d.decode_seq_secs)
+            );
+        }
+        let l = linear_of(&["--latency-model", "linear", "--prefill-fixed-secs", "0"]);
+        assert_eq!(l.prefill_fixed_secs, 0.0);
+        // With the stepped model (the default) a linear-only flag is refused, not ignored.
+        for flag in [
             "--prefill-token-secs",
-            "2e-4",
-            "--prefill-pair-secs=1e-8",
+            "--prefill-pair-secs",
             "--prefill-fixed-secs",
-            "0.01",
-        ]) else {
-            panic!()
-        };
-        assert_eq!(
-            (
-                a.latency.prefill_token_secs,
-                a.latency.prefill_pair_secs,
-                a.latency.prefill_fixed_secs
-            ),
-            (2e-4, 1e-8, 0.01)
-        );
-        // The decode terms keep their defaults.
-        let d = inferrail_sim::engine::LatencyModel::default();
-        assert_eq!(
-            (a.latency.decode_token_secs, a.latency.decode_seq_secs),
-            (d.decode_token_secs, d.decode_seq_secs)
-        );
-        let Ok(Command::Run(a)) = run(&["--prefill-fixed-secs", "0"]) else {
-            panic!()
-        };
-        assert_eq!(a.latency.prefill_fixed_secs, 0.0);
+        ] {
+            for args in [
+                vec![flag, "1e-4"],
+                vec!["--latency-model", "stepped", flag, "1e-4"],
+            ] {
+                let e = run(&args).unwrap_err();
+                assert!(
+                    e.contains(flag) && e.contains("--latency-model linear"),
+                    "{args:?}: {e}"
+                );
+            }
+        }
+        for bad in ["Linear", "quadratic", ""] {
+            let e = run(&["--latency-model", bad]).unwrap_err();
+            assert!(e.contains("--latency-model"), "{e}");
+        }
+        assert!(run(&["--latency-model"]).is_err());
         for bad in ["-1e-4", "x", "NaN", "inf", ""] {
-            let e = run(&["--prefill-token-secs", bad]).unwrap_err();
+            let e = run(&["--latency-model", "linear", "--prefill-token-secs", bad]).unwrap_err();
             assert!(e.contains("--prefill-token-secs"), "{e}");
         }
-        assert!(run(&["--prefill-pair-secs"]).is_err());
+        assert!(run(&["--latency-model", "linear", "--prefill-pair-secs"]).is_err());
         assert_eq!(a_default_scale(), 1.0);
+        // --time-scale and --zero-latency apply to both models.
+        for model in ["stepped", "linear"] {
+            let Ok(Command::Run(a)) = run(&["--time-scale", "0.1", "--latency-model", model])
+            else {
+                panic!()
+            };
+            assert_eq!(a.time_scale, 0.1);
+            assert_eq!(a.latency.kind().as_str(), model);
+            assert_eq!(a.effective_latency(), a.latency.scaled(0.1));
+            let Ok(Command::Run(z)) = run(&["--zero-latency", "--latency-model", model]) else {
+                panic!()
+            };
+            assert_eq!(z.effective_latency(), LatencyModel::zero());
+            assert_eq!(z.latency.kind().as_str(), model);
+        }
         let Ok(Command::Run(a)) = run(&["--time-scale", "0.1"]) else {
             panic!()
         };
-        assert_eq!(a.time_scale, 0.1);
-        assert_eq!(a.latency, inferrail_sim::engine::LatencyModel::default());
-        assert_eq!(
-            a.effective_latency(),
-            inferrail_sim::engine::LatencyModel::default().scaled(0.1)
-        );
+        assert_eq!(a.latency, LatencyModel::default());
+        assert_eq!(a.effective_latency(), LatencyModel::default().scaled(0.1));
         for bad in ["0", "-1", "x", "NaN", "inf", ""] {
             let e = run(&["--time-scale", bad]).unwrap_err();
             assert!(e.contains("--time-scale"), "{e}");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{connect, eventually, exchange, get, post};
 use inferrail_shards::builtin::BuiltinTokenizer;
-use inferrail_sim::engine::LatencyModel;
+use inferrail_sim::engine::{LatencyModel, LinearLatency};
 use inferrail_sim::openai::ChatMessage;
 use inferrail_sim::server::{apply_chat_template, SimOptions, SimServer};
 use serde_json::Value;
@@ -308,10 +308,10 @@ fn read_until(s: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) {
 #[test]
 fn a_disconnecting_stream_is_aborted() {
     let mut o = SimOptions::new("tiny");
-    o.latency = LatencyModel {
+    o.latency = LatencyModel::Linear(LinearLatency {
         decode_token_secs: 0.02,
-        ..LatencyModel::default()
-    };
+        ..LinearLatency::default()
+    });
     let s = SimServer::start(o).unwrap();
     let mut c = connect(s.addr());
     c.write_all(&post(
@@ -351,10 +351,10 @@ fn a_disconnecting_stream_is_aborted() {
 fn a_disconnecting_waiting_request_is_withdrawn() {
     let mut o = SimOptions::new("tiny");
     o.max_num_seqs = 1;
-    o.latency = LatencyModel {
+    o.latency = LatencyModel::Linear(LinearLatency {
         decode_token_secs: 0.02,
-        ..LatencyModel::default()
-    };
+        ..LinearLatency::default()
+    });
     let s = SimServer::start(o).unwrap();
     let mut first = connect(s.addr());
     first

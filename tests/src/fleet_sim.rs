@@ -231,7 +231,9 @@ pub mod workload {
 pub struct SimOptions {
     /// Every replica's scheduler (its KV pool also sizes the shadow index).
     pub scheduler: SchedulerConfig,
-    /// Every replica's step costs.
+    /// Every replica's step costs. The default is the linear model, the formula the gateway's
+    /// default cost model prices: these simulations test the brain's decisions under correct
+    /// pricing; the benchmark sweeps run the stepped model against a calibrated gateway.
     pub latency: LatencyModel,
     /// The hot-prefix demand window of the fleet facts.
     pub hot_window: Duration,
@@ -241,7 +243,7 @@ impl Default for SimOptions {
     fn default() -> SimOptions {
         SimOptions {
             scheduler: SchedulerConfig::default(),
-            latency: LatencyModel::default(),
+            latency: LatencyModel::linear(),
             hot_window: inferrail_config::Routing::default().hot_prefix.window,
         }
     }
@@ -554,7 +556,7 @@ fn micros(t: f64) -> u64 {
 }
 
 impl FleetSim {
-    /// `replicas` engines with the default scheduler and latency model.
+    /// `replicas` engines with the default scheduler and the linear latency model (see [`SimOptions`]).
     pub fn new(replicas: usize, policy: PolicyKind, params: BrainParams, seed: u64) -> FleetSim {
         FleetSim::with_options(replicas, policy, params, seed, SimOptions::default())
     }

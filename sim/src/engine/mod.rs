@@ -16,7 +16,7 @@ pub use block_pool::{
     AllocError, BlockId, BlockPool, CacheHit, KvCacheEvent, PoolConfigError, PrefixCacheStats,
     RequestId, SlotRequest,
 };
-pub use latency::LatencyModel;
+pub use latency::{LatencyKind, LatencyModel, LinearLatency, SteppedLatency};
 pub use scheduler::{
     AddRequestError, FinishReason, FinishedRequest, Request, ScheduledWork, Scheduler,
     SchedulerConfig, SchedulerConfigError, SchedulerStats, StepOutput, TokenEvent,

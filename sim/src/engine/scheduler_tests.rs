@@ -1,10 +1,12 @@
 //! Tests of the scheduler and the latency model: vLLM V1 behaviours one by one, then property
-//! tests (random schedules, chunk costs, TTFT monotonicity).
+//! tests (random schedules, chunk costs, TTFT monotonicity). Tests asserting exact step costs
+//! select the linear latency model (its chunks telescope to `P(u, c)`); the latency models'
+//! own tests are in `latency/tests.rs`.
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 
-use super::latency::LatencyModel;
+use super::latency::{LatencyModel, LinearLatency};
 use super::scheduler::*;
 
 const BS: usize = 4;
@@ -25,7 +27,7 @@ fn cfg(num_gpu_blocks: usize, budget: usize, max_num_seqs: usize) -> SchedulerCo
 fn sched(num_gpu_blocks: usize, budget: usize, max_num_seqs: usize) -> Scheduler {
     Scheduler::new(
         cfg(num_gpu_blocks, budget, max_num_seqs),
-        LatencyModel::default(),
+        LatencyModel::linear(),
     )
     .unwrap()
 }
@@ -56,10 +58,13 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn latency_defaults_and_zero() {
-    let m = LatencyModel::default();
-    assert_eq!(m.prefill_token_secs, 1e-4);
-    assert_eq!(m.prefill_pair_secs, 3.3e-9);
-    assert_eq!(m.prefill_fixed_secs, 5e-3);
+    let m = LatencyModel::linear();
+    let LatencyModel::Linear(l) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(l.prefill_token_secs, 1e-4);
+    assert_eq!(l.prefill_pair_secs, 3.3e-9);
+    assert_eq!(l.prefill_fixed_secs, 5e-3);
     assert!((0.015..=0.025).contains(&m.decode_secs(1)));
     assert!((0.015..=0.035).contains(&m.decode_secs(64)));
     assert_eq!(m.decode_secs(0), 0.0);
@@ -89,11 +94,11 @@ proptest! {
         chunks in prop::collection::vec(1usize..4096, 1..40),
         a in 1e-6f64..1e-3, b in 1e-10f64..1e-7, d in 0.0f64..0.05,
     ) {
-        let m = LatencyModel {
+        let m = LinearLatency {
             prefill_token_secs: a,
             prefill_pair_secs: b,
             prefill_fixed_secs: d,
-            ..LatencyModel::default()
+            ..LinearLatency::default()
         };
         let u: usize = chunks.iter().sum();
         let mut start = cached;
@@ -208,7 +213,7 @@ fn chunked_prefill_then_decode() {
     assert_eq!(f.first_token, Some(steps[2].end));
     assert_eq!(f.first_scheduled, Some(1.0));
     assert_eq!(f.finished_at, steps[4].end);
-    let m = LatencyModel::default();
+    let m = LatencyModel::linear();
     assert!(close(
         steps[..3].iter().map(|o| o.duration).sum::<f64>(),
         m.prefill_secs(5000, 0)
@@ -262,7 +267,7 @@ fn prefix_hits_and_fully_cached_prompt_recomputes_last_block() {
     let pc = s.stats().prefix_cache;
     assert_eq!((pc.requests, pc.queries, pc.hits), (3, 16 + 16 + 22, 28));
     // The step's cost is the two chunks at their positions plus fixed costs.
-    let m = LatencyModel::default();
+    let m = LatencyModel::linear();
     assert!(close(
         steps[0].duration,
         m.prefill_secs(4, 12) + m.prefill_secs(6, 16)
@@ -475,7 +480,7 @@ fn kv_events_flow_out_of_steps() {
 
 #[test]
 fn decode_steps_stretch_with_batch_and_prefill() {
-    let m = LatencyModel::default();
+    let m = LatencyModel::linear();
     let mut last = 0.0;
     for n in 1..=8u64 {
         let mut s = sched(500, 256, 64);
@@ -701,14 +706,15 @@ proptest! {
     }
 }
 
-/// One schedule played to the end: arrivals at `arrival_ms` scaled by `scale`, the default
-/// latency model scaled by `scale`. Returns every step and the final counters.
+/// One schedule played to the end: arrivals at `arrival_ms` scaled by `scale`, the latency
+/// model `base` scaled by `scale`. Returns every step and the final counters.
 fn play_scaled(
     specs: &[Spec],
     c: &SchedulerConfig,
+    base: LatencyModel,
     scale: f64,
 ) -> (Vec<StepOutput>, SchedulerStats) {
-    let mut s = Scheduler::new(c.clone(), LatencyModel::default().scaled(scale)).unwrap();
+    let mut s = Scheduler::new(c.clone(), base.scaled(scale)).unwrap();
     for (i, sp) in specs.iter().enumerate() {
         let mut p = toks(1_000 * sp.prefix as u32, sp.prefix_len);
         p.extend(toks(100_000 + 1_000 * i as u32, sp.suffix_len));
@@ -724,7 +730,8 @@ proptest! {
 
     /// `--time-scale`: with every arrival and every latency coefficient scaled by a power of
     /// two (exact in floating point), the engine takes the same steps, schedules the same
-    /// work, hits the cache the same and produces the same tokens; only the times scale.
+    /// work, hits the cache the same and produces the same tokens; only the times scale. For
+    /// both latency models.
     #[test]
     fn prop_time_scale_keeps_the_schedule(
         specs in prop::collection::vec(spec(), 1..24),
@@ -732,11 +739,13 @@ proptest! {
         max_num_seqs in 1usize..8,
         budget in 8usize..48,
         shift in 1i32..8,
+        linear in any::<bool>(),
     ) {
         let c = cfg(num_gpu_blocks, budget.max(max_num_seqs), max_num_seqs);
+        let base = if linear { LatencyModel::linear() } else { LatencyModel::default() };
         let scale = 2f64.powi(-shift);
-        let (a, a_stats) = play_scaled(&specs, &c, 1.0);
-        let (b, b_stats) = play_scaled(&specs, &c, scale);
+        let (a, a_stats) = play_scaled(&specs, &c, base, 1.0);
+        let (b, b_stats) = play_scaled(&specs, &c, base, scale);
         prop_assert_eq!(a.len(), b.len());
         for (x, y) in a.iter().zip(&b) {
             prop_assert_eq!(x.start * scale, y.start);
@@ -758,13 +767,14 @@ proptest! {
 
 #[test]
 fn scaled_latency_multiplies_every_cost() {
-    let d = LatencyModel::default();
-    let h = d.scaled(0.5);
-    assert!(close(
-        h.prefill_secs(300, 100),
-        d.prefill_secs(300, 100) / 2.0
-    ));
-    assert!(close(h.decode_secs(7), d.decode_secs(7) / 2.0));
-    assert_eq!(d.scaled(1.0), d);
+    for d in [LatencyModel::linear(), LatencyModel::default()] {
+        let h = d.scaled(0.5);
+        assert!(close(
+            h.prefill_secs(300, 100),
+            d.prefill_secs(300, 100) / 2.0
+        ));
+        assert!(close(h.decode_secs(7), d.decode_secs(7) / 2.0));
+        assert_eq!(d.scaled(1.0), d);
+    }
     assert_eq!(LatencyModel::zero().scaled(0.1), LatencyModel::zero());
 }

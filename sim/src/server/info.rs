@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use inferrail_shards::pyfmt::{finite_float_repr, push_json_str, push_repr_str};
 
 use super::SimOptions;
+use crate::engine::LatencyModel;
 use crate::openai::VLLM_VERSION;
 
 /// `config_format` of a `/server_info` query: `Some(true)` for `json`, `Some(false)` for `text`
@@ -236,11 +237,25 @@ pub(crate) fn config_json(o: &SimOptions, out: &mut String) {
         let mut s = Obj::new(a.key("inferrail_sim"));
         s.str("version", env!("CARGO_PKG_VERSION"));
         s.bool("zero_latency", o.zero_latency);
-        s.float("prefill_token_secs", o.latency.prefill_token_secs);
-        s.float("prefill_pair_secs", o.latency.prefill_pair_secs);
-        s.float("prefill_fixed_secs", o.latency.prefill_fixed_secs);
-        s.float("decode_token_secs", o.latency.decode_token_secs);
-        s.float("decode_seq_secs", o.latency.decode_seq_secs);
+        s.str("latency_model", o.latency.kind().as_str());
+        match o.latency {
+            LatencyModel::Linear(l) => {
+                s.float("prefill_token_secs", l.prefill_token_secs);
+                s.float("prefill_pair_secs", l.prefill_pair_secs);
+                s.float("prefill_fixed_secs", l.prefill_fixed_secs);
+                s.float("decode_token_secs", l.decode_token_secs);
+                s.float("decode_seq_secs", l.decode_seq_secs);
+            }
+            LatencyModel::Stepped(m) => {
+                s.float("step_fixed_secs", m.step_fixed_secs);
+                s.float("weights_secs", m.weights_secs);
+                s.float("token_secs", m.token_secs);
+                s.num("tile_tokens", m.tile_tokens);
+                s.float("tile_secs", m.tile_secs);
+                s.float("decode_seq_secs", m.decode_seq_secs);
+            }
+        }
+        s.float("time_scale", o.time_scale);
         s.bool("enable_scale_out", o.enable_scale_out);
         s.bool("enable_request_id_headers", o.enable_request_id_headers);
         s.end();

@@ -105,7 +105,9 @@ pub struct SimOptions {
     pub long_prefill_token_threshold: usize,
     /// `--zero-latency`: every step free, steps back to back.
     pub zero_latency: bool,
-    /// The latency model (ignored with `zero_latency`).
+    /// `--latency-model` and its coefficients (ignored with `zero_latency`): the stepped model
+    /// by default, [`LatencyModel::linear`] for the router's own formula (what the calibration
+    /// tests fit).
     pub latency: LatencyModel,
     /// `--time-scale`: every modelled latency multiplied by this (finite, above zero; 1 is
     /// real time). At 0.1 a workload sent at 10x its rate plays out as it would at its rate,

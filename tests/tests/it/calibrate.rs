@@ -1,8 +1,11 @@
 //! `inferrail calibrate` against simulators with non-default latency parameters: the fitted
 //! prefill cost model recovers them within 1%, through the library (an in-process simulator)
-//! and through the binaries (`inferrail-sim --prefill-*-secs`); errors are one line, exit 1.
+//! and through the binaries (`inferrail-sim --latency-model linear --prefill-*-secs`); errors
+//! are one line, exit 1. Calibration fits the router's linear formula, so every simulator here
+//! runs the linear latency model (the simulator's default, the stepped model, has another
+//! shape on purpose).
 
-use inferrail_sim::engine::LatencyModel;
+use inferrail_sim::engine::{LatencyModel, LinearLatency};
 use inferrail_sim::server::{SimOptions, SimServer};
 use inferrail_tests::*;
 use inferrail_tools::calibrate::{self, CalibrateOptions};
@@ -10,15 +13,16 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-/// A simulator with these prefill coefficients (decode terms at their defaults).
+/// A simulator running the linear latency model with these prefill coefficients (decode terms
+/// at their defaults).
 fn sim(a: f64, b: f64, d: f64) -> SimServer {
     SimServer::start(SimOptions {
-        latency: LatencyModel {
+        latency: LatencyModel::Linear(LinearLatency {
             prefill_token_secs: a,
             prefill_pair_secs: b,
             prefill_fixed_secs: d,
-            ..LatencyModel::default()
-        },
+            ..LinearLatency::default()
+        }),
         ..SimOptions::new("calib")
     })
     .expect("simulator starts")
@@ -87,6 +91,8 @@ fn sim_binary(flags: &[&str]) -> (Child, String) {
 fn calibrate_binary_recovers_the_sim_binary_flags_and_writes_a_model_fragment() {
     let (a, b, d) = (1.5e-4, 5e-9, 0.02);
     let (mut sim, url) = sim_binary(&[
+        "--latency-model",
+        "linear",
         "--prefill-token-secs",
         "1.5e-4",
         "--prefill-pair-secs=5e-9",

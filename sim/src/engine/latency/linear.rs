@@ -1,33 +1,31 @@
-//! The simulated engine's latency model: what one scheduler step costs in (virtual) seconds.
-//! Pure arithmetic, no clock.
+//! The linear latency model (`--latency-model linear`): the router's own prefill formula.
 //!
 //! - **Prefill.** Computing `u` uncached prompt tokens over `c` cached ones costs
-//!   `P(u, c) = a*u + b*u*(c + u/2) + d` (the same shape as the router's cost model,
-//!   `routing.cost_model`): `a` per token (the weights' FLOPs), `b` per (new token, context
-//!   token) pair (attention; the `u/2` is the causal triangle), `d` once per prompt.
+//!   `P(u, c) = a*u + b*u*(c + u/2) + d` (the shape of the router's `routing.cost_model`):
+//!   `a` per token (the weights' FLOPs), `b` per (new token, context token) pair (attention;
+//!   the `u/2` is the causal triangle), `d` once per prompt.
 //! - **Chunks.** Tokens `[s, s + k)` of a sequence (positions counted from the start of the
 //!   sequence, cached tokens included) cost `a*k + b*k*(s + k/2)`, plus `d` for the first chunk
 //!   of a prefill. The pair term telescopes: `k*(s + k/2) = ((s+k)^2 - s^2) / 2`, so any chunking
 //!   of the uncached tokens `[c, c + u)` sums to `a*u + b*((c+u)^2 - c^2)/2 + d = P(u, c)`.
 //! - **Decode.** A decode batch of `n > 0` sequences costs
 //!   `decode_token_secs + decode_seq_secs * (n - 1)`; an empty batch costs nothing.
-//! - **Step.** A step costs its prefill chunks plus its decode batch.
+//! - **Step.** A step costs its prefill chunks plus its decode batch (no interference).
 //!
-//! [`LatencyModel::default`] approximates Llama-3.1-8B (bf16) on one 24 GB GPU:
+//! [`LinearLatency::default`] approximates Llama-3.1-8B (bf16) on one 24 GB GPU:
 //! - `a = 1e-4 s/token` (about 10k prompt tokens/s, ~16 GFLOP per token),
 //! - `b = 3.3e-9 s/pair` (attention: a 32k-token context adds ~0.1 ms per new token),
 //! - `d = 5 ms` (launch, sampling and scheduling overhead per prefill),
 //! - `decode_token_secs = 18 ms` (one pass streaming ~16 GB of weights at ~900 GB/s),
 //! - `decode_seq_secs = 0.15 ms` per extra sequence (batch 32 ≈ 22.7 ms, batch 64 ≈ 27.5 ms),
 //!
-//! matching `routing.cost_model` in `shared/examples/inferrail.yaml` for the prefill terms.
-//! [`LatencyModel::zero`] (`--zero-latency`) makes every step free.
+//! equal to `routing.cost_model`'s defaults for the prefill terms. Because `inferrail
+//! calibrate` fits exactly this formula, its tests select this model; the simulator's default
+//! is the stepped model ([`super::SteppedLatency`]), whose shape the router does not share.
 
-use std::time::Duration;
-
-/// Step costs in seconds (see the module docs).
+/// The linear model's coefficients, in seconds (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LatencyModel {
+pub struct LinearLatency {
     /// `a`: seconds per computed prompt token.
     pub prefill_token_secs: f64,
     /// `b`: seconds per (computed token, earlier token) pair.
@@ -40,9 +38,9 @@ pub struct LatencyModel {
     pub decode_seq_secs: f64,
 }
 
-impl Default for LatencyModel {
+impl Default for LinearLatency {
     fn default() -> Self {
-        LatencyModel {
+        LinearLatency {
             prefill_token_secs: 1e-4,
             prefill_pair_secs: 3.3e-9,
             prefill_fixed_secs: 5e-3,
@@ -52,10 +50,10 @@ impl Default for LatencyModel {
     }
 }
 
-impl LatencyModel {
-    /// Every cost zero (`--zero-latency`).
+impl LinearLatency {
+    /// Every cost zero.
     pub fn zero() -> Self {
-        LatencyModel {
+        LinearLatency {
             prefill_token_secs: 0.0,
             prefill_pair_secs: 0.0,
             prefill_fixed_secs: 0.0,
@@ -64,13 +62,9 @@ impl LatencyModel {
         }
     }
 
-    /// Every coefficient multiplied by `factor` (`--time-scale`): each step then costs exactly
-    /// `factor` times what it costs under `self`, so a schedule with every arrival time scaled
-    /// by `factor` plays out the same steps, tokens and cache hits, `factor` times faster
-    /// (up to floating-point rounding). `factor` must be finite and above zero (the caller
-    /// checks).
+    /// Every coefficient multiplied by `factor` (see [`super::LatencyModel::scaled`]).
     pub fn scaled(&self, factor: f64) -> Self {
-        LatencyModel {
+        LinearLatency {
             prefill_token_secs: self.prefill_token_secs * factor,
             prefill_pair_secs: self.prefill_pair_secs * factor,
             prefill_fixed_secs: self.prefill_fixed_secs * factor,
@@ -106,7 +100,7 @@ impl LatencyModel {
         self.decode_token_secs + self.decode_seq_secs * (n - 1) as f64
     }
 
-    /// A step: its prefill chunks (`(start, len, first)` as in [`LatencyModel::chunk_secs`])
+    /// A step: its prefill chunks (`(start, len, first)` as in [`LinearLatency::chunk_secs`])
     /// plus a decode batch of `num_decode` sequences.
     pub fn step_secs(
         &self,
@@ -118,14 +112,5 @@ impl LatencyModel {
             .map(|(s, k, first)| self.chunk_secs(s, k, first))
             .sum();
         prefill + self.decode_secs(num_decode)
-    }
-}
-
-/// Seconds as a [`Duration`] (negative and non-finite values clamp to zero).
-pub fn secs_to_duration(secs: f64) -> Duration {
-    if secs.is_finite() && secs > 0.0 {
-        Duration::from_secs_f64(secs)
-    } else {
-        Duration::ZERO
     }
 }
