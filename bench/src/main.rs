@@ -17,6 +17,7 @@ usage: inferrail-bench load --url URL --rate R [options]          (load --help f
        inferrail-bench streams --url URL --streams N [options]    (streams --help for more)
        inferrail-bench compare --workload W --rate R --policies a,b (compare --help for more)
        inferrail-bench sweep FILE.toml [--jobs N] [--out DIR]     (sweep --help for more)
+       inferrail-bench knee [SPEC.toml] --workload W --front F --low R --high R (knee --help)
        inferrail-bench report DIR [--out REPORT.md]              (report --help for more)";
 
 fn main() -> ExitCode {
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         Some("streams") => streams(args),
         Some("compare") => inferrail_bench::harness::cli::compare_main(args),
         Some("sweep") => inferrail_bench::harness::cli::sweep_main(args),
+        Some("knee") => inferrail_bench::harness::cli::knee_main(args),
         Some("report") => report_cmd(args),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

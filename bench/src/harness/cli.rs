@@ -1,9 +1,10 @@
-//! The `compare` and `sweep` commands as `main` calls them: parse, run, print, exit code.
+//! The `compare`, `sweep` and `knee` commands as `main` calls them: parse, run, print, exit code.
 
 use std::process::ExitCode;
 
 use super::compare::{compare, parse_compare_args, summary_table, COMPARE_USAGE};
 use super::exec::{Outcome, RunResult};
+use super::knee::{knee, parse_knee_args, KNEE_USAGE};
 use super::sweep::{parse_sweep_args, sweep, SWEEP_USAGE};
 use super::HarnessError;
 use crate::args::ArgsError;
@@ -35,6 +36,35 @@ pub fn sweep_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.jobs
     );
     finish("sweep", sweep(&parsed, true))
+}
+
+/// `inferrail-bench knee [SPEC.toml] --workload W --front F ...`: prints the summary table and
+/// the capacity ratios; exit 1 when a probe could not run.
+pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
+    let parsed = match parse_knee_args(args) {
+        Ok(parsed) => parsed,
+        Err(e) => return usage_error("knee", e, KNEE_USAGE),
+    };
+    eprintln!(
+        "[knee] {} with {}: results in {}",
+        parsed.workload,
+        parsed.fronts.join(", "),
+        parsed.out_dir.display()
+    );
+    match knee(&parsed, true) {
+        Ok(summary) => {
+            print!("{}", summary.markdown());
+            println!(
+                "wrote {} and knee.md",
+                parsed.out_dir.join("knee.json").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("inferrail-bench knee: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn usage_error(cmd: &str, e: HarnessError, usage: &str) -> ExitCode {

@@ -6,12 +6,13 @@
 //!
 //! Modules: [`spec`] (run specs, sweep TOML, spec hash), [`fleet`] (processes and ports),
 //! [`exec`] (one run, many runs, resume), [`peers`] (other routers as extra policies),
-//! [`compare`], [`sweep`].
+//! [`compare`], [`sweep`], [`knee`] (the highest rate a front sustains within the SLO).
 
 pub mod cli;
 pub mod compare;
 pub mod exec;
 pub mod fleet;
+pub mod knee;
 pub mod peers;
 pub mod spec;
 pub mod sweep;
@@ -101,6 +102,12 @@ pub enum HarnessError {
         /// Why.
         source: LoadError,
     },
+    /// A knee search's bracket is unusable, or it was fed an outcome it did not ask for.
+    #[error(transparent)]
+    Bisect(#[from] knee::bisect::BisectError),
+    /// A probe's report could not be judged.
+    #[error(transparent)]
+    Judge(#[from] knee::judge::JudgeError),
     /// A file could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {

@@ -184,7 +184,11 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Loaded>, ReportError> {
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
-        if path.is_file() && path.extension().is_some_and(|x| x == "json") {
+        // `knee.json` is a knee search's summary beside its probes' result files, not a run.
+        let summary = path
+            .file_name()
+            .is_some_and(|n| n == crate::harness::knee::summary::SUMMARY_FILE);
+        if path.is_file() && path.extension().is_some_and(|x| x == "json") && !summary {
             paths.push(path);
         }
     }
