@@ -329,6 +329,7 @@ fn the_same_point_twice_on_fresh_fleets_sends_and_caches_the_same() {
             resume: false,
             verbose: false,
             peers: PeerPaths::default_for(&bins),
+            calibrations: Default::default(),
         };
         let outcome = execute(std::slice::from_ref(&spec), &opts).unwrap();
         assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
@@ -385,6 +386,7 @@ fn a_missing_binary_is_named() {
         resume: true,
         verbose: false,
         peers: PeerPaths::default_for(&dir),
+        calibrations: Default::default(),
     };
     let e = execute(&[spec], &opts).unwrap_err();
     assert!(matches!(e, HarnessError::MissingBinary(_)), "{e}");

@@ -75,6 +75,7 @@ fn peers_route_the_same_requests_and_cache_aware_ones_route_by_prefix() {
         resume: false,
         verbose: true,
         peers,
+        calibrations: Default::default(),
     };
     let outcome = execute(&specs, &opts).unwrap();
     assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
@@ -167,6 +168,7 @@ fn a_peer_that_is_not_installed_fails_the_list_before_anything_runs() {
         peers: PeerPaths {
             venv: dir.join("no-venv"),
         },
+        calibrations: Default::default(),
     };
     let e = execute(&[spec], &opts).unwrap_err();
     assert!(matches!(e, HarnessError::Spec(_)), "{e}");

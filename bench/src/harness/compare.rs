@@ -166,6 +166,7 @@ pub fn compare(args: &CompareArgs, verbose: bool) -> Result<Outcome, HarnessErro
             resume: false,
             verbose,
             peers: args.peers.clone(),
+            calibrations: Default::default(),
         },
     )
 }

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use inferrail_config::CostModelParams;
+
+use super::calibration::{scaled, Calibrations};
 use super::fleet::{binary, Counters, Fleet, FleetConfig, MODEL};
 use super::peers::{self, Peer, PeerPaths};
 use super::spec::{spec_hash, RunSpec};
@@ -60,6 +63,10 @@ pub struct RunResult {
     /// policy (absent in files written before peers existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub front: Option<String>,
+    /// The `routing.cost_model` the gateway was given (calibrated and/or scaled); absent when
+    /// it ran on the config defaults or a peer was in front.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_cost_model: Option<CostModelParams>,
 }
 
 /// A finished run and facts about the fleet it ran on.
@@ -92,6 +99,8 @@ pub struct ExecOptions {
     pub verbose: bool,
     /// Where peers are installed.
     pub peers: PeerPaths,
+    /// Cost-model fits already measured (shared by every run of this process).
+    pub calibrations: Calibrations,
 }
 
 /// What executing a list of runs did.
@@ -209,16 +218,42 @@ fn line(r: &RunResult) -> String {
     )
 }
 
+/// The cost model a run's gateway gets: calibrated against its simulators' setup when the spec
+/// says so (else the config defaults), times `cost_model_scale`; `None` for the plain defaults
+/// and for a peer (no gateway).
+fn gateway_cost_model(
+    spec: &RunSpec,
+    opts: &ExecOptions,
+) -> Result<Option<CostModelParams>, HarnessError> {
+    if Peer::parse(&spec.policy).is_some() || !(spec.calibrate || spec.cost_model_scale.is_some()) {
+        return Ok(None);
+    }
+    let base = if spec.calibrate {
+        opts.calibrations.cost_model(
+            &opts.bin_dir,
+            &spec.sim_args,
+            spec.tokenizer.as_deref(),
+            &opts.out_dir.join(".work").join("calibrate"),
+        )?
+    } else {
+        CostModelParams::default()
+    };
+    Ok(Some(scaled(base, spec.cost_model_scale.unwrap_or(1.0))))
+}
+
 /// Runs one spec on a fresh fleet and writes its result file.
 pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessError> {
     let stem = spec.stem();
     let work_dir = opts.out_dir.join(".work").join(&stem);
+    let cost_model = gateway_cost_model(spec, opts)?;
     let fleet = Fleet::start(&FleetConfig {
         bin_dir: opts.bin_dir.clone(),
         replicas: spec.replicas,
         policy: spec.policy.clone(),
         kv_capacity_blocks: spec.kv_capacity_blocks,
         sim_args: spec.sim_args.clone(),
+        tokenizer: spec.tokenizer.clone(),
+        cost_model,
         work_dir: work_dir.clone(),
         peers: opts.peers.clone(),
     })?;
@@ -279,6 +314,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
             Some(Ok(peer)) => peers::describe(&peer, &opts.peers),
             _ => "inferrail serve".to_string(),
         }),
+        gateway_cost_model: cost_model,
     };
     let path = result_path(&opts.out_dir, spec);
     write_atomic(&path, &result)?;

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use inferrail_config::CostModelParams;
+
 use super::peers::{self, Peer, PeerPaths};
 use super::HarnessError;
 
@@ -100,6 +102,10 @@ pub struct FleetConfig {
     pub kv_capacity_blocks: Option<u64>,
     /// Extra simulator flags.
     pub sim_args: Vec<String>,
+    /// The simulators' and the gateway's tokenizer; `None` is `builtin:sim`.
+    pub tokenizer: Option<String>,
+    /// The gateway's `routing.cost_model`; `None` leaves the config defaults.
+    pub cost_model: Option<CostModelParams>,
     /// Where the processes' logs and the gateway config go.
     pub work_dir: PathBuf,
     /// Where peers are installed (used only when `policy` names one).
@@ -139,19 +145,7 @@ impl Fleet {
         let mut sim_ports = Vec::with_capacity(cfg.replicas);
         for i in 0..cfg.replicas {
             let port = free_port()?;
-            let mut cmd = Command::new(&sim_bin);
-            cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args([
-                    "--served-model-name",
-                    MODEL,
-                    "--enable-prompt-tokens-details",
-                ])
-                .args(["--seed", &i.to_string()])
-                // What peers ask engines for: the render endpoints (the vLLM router's
-                // cache_aware) and /server_info (the SGLang router), both as vLLM serves them.
-                .arg("--enable-scale-out")
-                .env("VLLM_SERVER_DEV_MODE", "1")
-                .args(&cfg.sim_args);
+            let cmd = sim_command(&sim_bin, port, i, &cfg.sim_args, cfg.tokenizer.as_deref());
             let name = format!("sim-{i}");
             guard.push(name.clone(), spawn(cmd, &name, &cfg.work_dir)?);
             sim_ports.push(port);
@@ -258,6 +252,34 @@ pub struct Counters {
     pub engine_requests: BTreeMap<String, f64>,
 }
 
+/// The command that starts simulator `seed` on `port`: the model every fleet serves, the
+/// endpoints peers ask for, `tokenizer` when given, then `sim_args`.
+pub(super) fn sim_command(
+    sim_bin: &Path,
+    port: u16,
+    seed: usize,
+    sim_args: &[String],
+    tokenizer: Option<&str>,
+) -> Command {
+    let mut cmd = Command::new(sim_bin);
+    cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--served-model-name",
+            MODEL,
+            "--enable-prompt-tokens-details",
+        ])
+        .args(["--seed", &seed.to_string()])
+        // What peers ask engines for: the render endpoints (the vLLM router's
+        // cache_aware) and /server_info (the SGLang router), both as vLLM serves them.
+        .arg("--enable-scale-out")
+        .env("VLLM_SERVER_DEV_MODE", "1");
+    if let Some(t) = tokenizer {
+        cmd.args(["--tokenizer", t]);
+    }
+    cmd.args(sim_args);
+    cmd
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> HarnessError {
     HarnessError::Io {
         path: path.to_path_buf(),
@@ -279,7 +301,7 @@ pub(super) fn spawn(mut cmd: Command, name: &str, dir: &Path) -> Result<Child, H
     })
 }
 
-fn wait_until(
+pub(super) fn wait_until(
     guard: &mut ChildGuard,
     name: &str,
     log: &Path,
@@ -304,7 +326,7 @@ fn wait_until(
     }
 }
 
-fn health(port: u16, path: &str) -> bool {
+pub(super) fn health(port: u16, path: &str) -> bool {
     matches!(http_get(port, path), Ok((200, _)))
 }
 
@@ -327,10 +349,17 @@ fn all_routable(port: u16, replicas: usize) -> bool {
 
 /// The gateway's YAML for a fleet.
 pub fn gateway_yaml(cfg: &FleetConfig, port: u16, admin: u16, sims: &[u16]) -> String {
+    // JSON is YAML: the cost model and the tokenizer path go in as JSON values.
+    let cost_model = cfg
+        .cost_model
+        .and_then(|c| serde_json::to_string(&c).ok())
+        .map(|c| format!("  cost_model: {c}\n"))
+        .unwrap_or_default();
+    let tokenizer = serde_json::Value::from(cfg.tokenizer.as_deref().unwrap_or("builtin:sim"));
     let mut y = format!(
         "server:\n  listen: 127.0.0.1:{port}\n  admin_listen: 127.0.0.1:{admin}\n  cores: 1\n  \
-         request_timeout: 120s\nrouting:\n  seed: 42\nmodels:\n  - name: {MODEL}\n    \
-         policy: {}\n    tokenizer: builtin:sim\n    block_size: {BLOCK_SIZE}\nreplicas:\n",
+         request_timeout: 120s\nrouting:\n  seed: 42\n{cost_model}models:\n  - name: {MODEL}\n    \
+         policy: {}\n    tokenizer: {tokenizer}\n    block_size: {BLOCK_SIZE}\nreplicas:\n",
         cfg.policy
     );
     for (i, p) in sims.iter().enumerate() {

@@ -8,6 +8,7 @@
 //! [`exec`] (one run, many runs, resume), [`peers`] (other routers as extra policies),
 //! [`compare`], [`sweep`], [`knee`] (the highest rate a front sustains within the SLO).
 
+pub mod calibration;
 pub mod cli;
 pub mod compare;
 pub mod exec;
@@ -60,6 +61,14 @@ pub enum HarnessError {
         what: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// `inferrail calibrate` against a sweep's simulator failed or printed no cost model.
+    #[error("calibrating the gateway's cost model: {why} (simulator log: {})", .log.display())]
+    Calibrate {
+        /// The calibrated simulator's log.
+        log: PathBuf,
+        /// What went wrong.
+        why: String,
     },
     /// A process did not answer its health check in time.
     #[error("{what} on 127.0.0.1:{port} did not come up within {secs} s (log: {})", .log.display())]

@@ -46,6 +46,18 @@ pub struct RunSpec {
     pub kv_capacity_blocks: Option<u64>,
     /// Extra `inferrail-sim` flags (for example `--zero-latency`).
     pub sim_args: Vec<String>,
+    /// The gateway's cost model is measured: `inferrail calibrate` against a simulator started
+    /// with `sim_args` (once per harness process and simulator setup), not the config defaults.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub calibrate: bool,
+    /// Every cost-model coefficient the gateway gets (calibrated or default) multiplied by this
+    /// (the sensitivity runs: 0.5, 2); absent means 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model_scale: Option<f64>,
+    /// The tokenizer of the simulators and the gateway (`inferrail-sim --tokenizer`, the
+    /// model's `tokenizer:`); absent means `builtin:sim`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
 }
 
 impl RunSpec {
@@ -113,6 +125,12 @@ pub struct Settings {
     pub kv_capacity_blocks: Option<u64>,
     /// Extra simulator flags.
     pub sim_args: Option<Vec<String>>,
+    /// Calibrate the gateway's cost model against a simulator ([`RunSpec::calibrate`]).
+    pub calibrate: Option<bool>,
+    /// Scale of the gateway's cost model ([`RunSpec::cost_model_scale`]).
+    pub cost_model_scale: Option<f64>,
+    /// Tokenizer of simulators and gateway ([`RunSpec::tokenizer`]).
+    pub tokenizer: Option<String>,
 }
 
 impl Settings {
@@ -126,6 +144,9 @@ impl Settings {
             replicas: over.replicas.or(self.replicas),
             kv_capacity_blocks: over.kv_capacity_blocks.or(self.kv_capacity_blocks),
             sim_args: over.sim_args.clone().or_else(|| self.sim_args.clone()),
+            calibrate: over.calibrate.or(self.calibrate),
+            cost_model_scale: over.cost_model_scale.or(self.cost_model_scale),
+            tokenizer: over.tokenizer.clone().or_else(|| self.tokenizer.clone()),
         }
     }
 }
@@ -143,6 +164,9 @@ pub struct Point {
     /// Settings for this point only.
     #[serde(default)]
     pub overrides: Settings,
+    /// Policies for this point only, in place of the sweep's.
+    #[serde(default)]
+    pub policies: Option<Vec<String>>,
 }
 
 /// A sweep file (TOML; see bench/README.md).
@@ -243,6 +267,22 @@ pub fn build_spec(
     if replicas == 0 {
         return Err(bad("replicas must be at least 1".into()));
     }
+    if let Some(scale) = settings.cost_model_scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(bad(format!(
+                "cost_model_scale {scale} must be a positive number"
+            )));
+        }
+        if scale != 1.0 && policy != "cost_model" {
+            return Err(bad(format!(
+                "cost_model_scale scales cost_model's prices; {policy} does not use them \
+                 (give the point its own `policies = [\"cost_model\"]`)"
+            )));
+        }
+    }
+    if settings.tokenizer.as_deref().is_some_and(str::is_empty) {
+        return Err(bad("tokenizer: name a directory or builtin:sim".into()));
+    }
     if let Some(n) = name {
         if n.is_empty()
             || !n
@@ -268,6 +308,9 @@ pub fn build_spec(
         replicas,
         kv_capacity_blocks: settings.kv_capacity_blocks,
         sim_args: settings.sim_args.clone().unwrap_or_default(),
+        calibrate: settings.calibrate.unwrap_or(false),
+        cost_model_scale: settings.cost_model_scale.filter(|s| *s != 1.0),
+        tokenizer: settings.tokenizer.clone().filter(|t| t != "builtin:sim"),
     })
 }
 
@@ -289,9 +332,15 @@ pub fn expand(sweep: &SweepFile) -> Result<Vec<RunSpec>, HarnessError> {
             )));
         }
         let settings = sweep.settings.merged(&point.overrides);
+        let policies = point.policies.as_ref().unwrap_or(&sweep.policies);
+        if policies.is_empty() {
+            return Err(HarnessError::Spec(format!(
+                "points[{i}].policies: list at least one"
+            )));
+        }
         for rate in &point.rates {
             for rep in 1..=reps {
-                for policy in &sweep.policies {
+                for policy in policies {
                     specs.push(build_spec(
                         point.name.as_deref(),
                         &point.workload,

@@ -115,6 +115,7 @@ pub fn sweep(args: &SweepArgs, verbose: bool) -> Result<Outcome, HarnessError> {
             resume: true,
             verbose,
             peers: args.peers.clone(),
+            calibrations: Default::default(),
         },
     )
 }

@@ -44,6 +44,7 @@ pub fn knee(args: &KneeArgs, verbose: bool) -> Result<KneeSummary, HarnessError>
         resume: false,
         verbose: false,
         peers: args.peers.clone(),
+        calibrations: Default::default(),
     };
     let slo = SloRow {
         p99_ttft_s: args.slo.ttft.as_secs_f64(),
