@@ -242,6 +242,18 @@ def markdown(meta, results):
         lines.append(f"- peers: {meta['peers']}; limits: {meta.get('peer_limits', '—')}")
     lines += [
         f"- pinning: {meta['pinning']}; nproc {meta['nproc']}; kernel {meta['kernel']}; nginx {meta.get('nginx') or '—'}",
+    ]
+    if "load_nice" in meta:
+        lines.append(f"- load generator niceness {meta['load_nice']} (the engine's is 0)")
+    trip = meta.get("roundtrip") or {}
+    if trip.get("before") or trip.get("after"):
+        def show(t):
+            return f"p50 {t['p50_us']} µs, p99 {t['p99_us']} µs" if t else "not measured"
+        lines.append(
+            f"- cross-CPU wake-up round trip (perf/roundtrip.py, CPU 0 ↔ 1): before the legs "
+            f"{show(trip.get('before'))}; after {show(trip.get('after'))}"
+        )
+    lines += [
         "- added = leg percentile − direct percentile of the same repetition, median over repetitions; "
         f"CPU = {CPU_SOURCES[meta.get('cpu_source', 'ticks')]} of the proxy process (gateway and routers: "
         "the whole process, all threads; nginx: its workers) per request handled; gw ÷ leg = gateway "
@@ -341,6 +353,8 @@ def main():
         source = "ticks"
     USE_EXACT_CPU = source == "exact"
     meta["cpu_source"] = source
+    if (out / "roundtrip.json").exists():
+        meta["roundtrip"] = json.loads((out / "roundtrip.json").read_text())
     results = [summarise_rate(runs, rate) for rate in rates]
     (out / "summary.json").write_text(json.dumps({"meta": meta, "rates": results}, indent=2) + "\n")
     md = markdown(meta, results)
