@@ -147,6 +147,11 @@ pub struct HotRoot {
     pub demand: f64,
     /// Owners it gets (0 when it is not hot).
     pub owners: u32,
+    /// Whether owners that do not hold the root are priced as holding it: true when no
+    /// candidate holds the whole root yet, or when the shortest queue among those that do is
+    /// longer than computing the root would take. A hot prefix spreads when the queue says so,
+    /// not on demand alone.
+    pub spreading: bool,
 }
 
 /// A policy's choice among the candidates.

@@ -199,7 +199,7 @@ fn render(
         "steering": decision.map(|d| d.steering.as_str()),
         "decided_by": decision.map(|d| d.decided_by.as_str()),
         "hot_prefix": decision.and_then(|d| d.hot).map(|h| json!({
-            "demand": h.demand, "owners": h.owners,
+            "demand": h.demand, "owners": h.owners, "spreading": h.spreading,
         })),
     })
 }

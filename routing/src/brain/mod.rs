@@ -39,7 +39,36 @@ fn hot_root(input: &RouteInput<'_>, replicas: usize) -> Option<HotRoot> {
         root,
         demand,
         owners,
+        spreading: false,
     })
+}
+
+/// A candidate's queue estimate: the prefill queued on it plus the decode interference of what
+/// runs there (the engine's count when it reported one, never below the gateway's in-flight).
+fn queue_secs(input: &RouteInput<'_>, c: &Candidate) -> f64 {
+    let running = c.engine.map_or(c.in_flight, |e| {
+        (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
+    });
+    c.queued_prefill_secs + input.params.cost.decode_interference_secs * f64::from(running)
+}
+
+/// Whether a hot root should reach owners that do not hold it: when no candidate holds the
+/// whole root (`root_tokens` of the `tokens`-token prompt), or when waiting on the least busy
+/// holder takes longer than computing the root afresh would.
+fn spreads(
+    input: &RouteInput<'_>,
+    candidates: &[Candidate],
+    tokens: u32,
+    root_tokens: u32,
+) -> bool {
+    let cost = &input.params.cost;
+    let saved = cost.prefill_secs(tokens, 0) - cost.prefill_secs(tokens - root_tokens, root_tokens);
+    let shortest_holder_queue = candidates
+        .iter()
+        .filter(|c| c.cached_tokens.unwrap_or(0).min(tokens) >= root_tokens)
+        .map(|c| queue_secs(input, c))
+        .fold(None::<f64>, |m, q| Some(m.map_or(q, |m| m.min(q))));
+    shortest_holder_queue.is_none_or(|q| q > saved)
 }
 
 /// Cached blocks `c`'s pool would evict to take the prompt with `cached` tokens held there: its
@@ -75,14 +104,17 @@ pub fn price_into(
 ) -> Option<HotRoot> {
     let params = input.params;
     let tokens = input.prompt_tokens();
-    let hot = hot_root(input, candidates.len());
-    let owners = match hot {
-        Some(h) if h.owners > 0 => top_by_rendezvous(h.root, candidates, h.owners as usize),
-        _ => Vec::new(),
-    };
+    let mut hot = hot_root(input, candidates.len());
     let root_tokens = match (input.prompt, hot) {
         (Some(p), Some(_)) => (params.hot_blocks * p.block_size).min(p.cacheable()),
         _ => 0,
+    };
+    if let Some(h) = hot.as_mut() {
+        h.spreading = h.owners > 0 && spreads(input, candidates, tokens, root_tokens);
+    }
+    let owners = match hot {
+        Some(h) if h.spreading => top_by_rendezvous(h.root, candidates, h.owners as usize),
+        _ => Vec::new(),
     };
     rows.clear();
     rows.extend(candidates.iter().enumerate().map(|(i, c)| {
@@ -93,13 +125,9 @@ pub fn price_into(
         } else {
             cached
         };
-        let running = c.engine.map_or(c.in_flight, |e| {
-            (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
-        });
         let work_secs = params.cost.prefill_secs(tokens - cached, cached);
         let estimate = Estimate {
-            queue: c.queued_prefill_secs
-                + params.cost.decode_interference_secs * f64::from(running),
+            queue: queue_secs(input, c),
             prefill: if priced == cached {
                 work_secs
             } else {

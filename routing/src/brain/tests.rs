@@ -264,6 +264,72 @@ fn a_hot_root_prefix_gets_owners_priced_as_holding_it() {
 }
 
 #[test]
+fn a_held_hot_root_spreads_only_when_its_holders_queue_outlasts_computing_it() {
+    let facts = FleetFacts::new(Duration::from_secs(10));
+    let params = BrainParams::default(); // hot_blocks 8, utilization 0.7
+    let h = hashes(125, 6);
+    let prompt = PromptView {
+        tokens: 2000,
+        hashes: &h,
+        block_size: 16,
+    };
+    let i = input(Some(prompt), &params, &facts);
+    // 1.5 replicas' worth of demand: three owners on demand alone.
+    facts.demand.add(fold(h[7]), 15_000_000, 0);
+    let cost = &params.cost;
+    let saved = cost.prefill_secs(2000, 0) - cost.prefill_secs(2000 - 128, 128);
+    assert!(saved > 0.0);
+    let holder = 2;
+    let with_holder_queue = |queued: f64| -> Vec<Candidate> {
+        (0..4)
+            .map(|r| {
+                if r == holder {
+                    cand(r, 0, 128, queued)
+                } else {
+                    cand(r, 0, 0, 0.0)
+                }
+            })
+            .collect()
+    };
+    // The holder is idle: the demand alone gives owners, but nobody else is priced as holding.
+    let idle = with_holder_queue(0.0);
+    let (rows, hot) = price(&i, &idle);
+    let hot = hot.expect("the prompt has a root");
+    assert_eq!(hot.owners, 3);
+    assert!(!hot.spreading, "{hot:?}");
+    assert!(rows
+        .iter()
+        .all(|r| !r.hot_owner && r.priced_cached == r.cached_tokens));
+    let d = run(PolicyKind::CostModel, &i, &idle, 9);
+    assert_eq!(d.winner, holder, "the idle holder is the cheapest");
+    assert_ne!(d.steering, Steering::HotPrefix);
+    // Just under the root's compute time queued on the holder: still no spreading.
+    let (_, hot) = price(&i, &with_holder_queue(saved * 0.9));
+    assert!(!hot.expect("hot").spreading);
+    // Longer than computing the root: the owners that do not hold it are priced as holding it.
+    let busy = with_holder_queue(saved * 1.5);
+    let (rows, hot) = price(&i, &busy);
+    assert!(hot.expect("hot").spreading);
+    let credited: Vec<usize> = (0..4)
+        .filter(|&r| rows[r].hot_owner && rows[r].priced_cached > rows[r].cached_tokens)
+        .collect();
+    assert!(
+        !credited.is_empty() && !credited.contains(&holder),
+        "{credited:?}"
+    );
+    let d = run(PolicyKind::CostModel, &i, &busy, 9);
+    assert!(
+        credited.contains(&d.winner),
+        "the queue sends it to a hot owner: {d:?}"
+    );
+    assert_eq!(d.steering, Steering::HotPrefix);
+    // Two holders, one of them idle: the shortest holder queue decides, so no spreading.
+    let mut two = busy.clone();
+    two[0] = cand(0, 0, 128, 0.0);
+    assert!(!price(&i, &two).1.expect("hot").spreading);
+}
+
+#[test]
 fn prefix_hash_follows_the_first_blocks_whatever_the_load() {
     let params = BrainParams::default(); // 8 blocks
     let mut a = hashes(20, 5);
