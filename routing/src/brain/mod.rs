@@ -43,32 +43,17 @@ fn hot_root(input: &RouteInput<'_>, replicas: usize) -> Option<HotRoot> {
     })
 }
 
-/// A candidate's queue estimate: the prefill queued on it plus the decode interference of what
-/// runs there (the engine's count when it reported one, never below the gateway's in-flight).
-fn queue_secs(input: &RouteInput<'_>, c: &Candidate) -> f64 {
-    let running = c.engine.map_or(c.in_flight, |e| {
-        (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
-    });
-    c.queued_prefill_secs + input.params.cost.decode_interference_secs * f64::from(running)
-}
-
-/// Whether a hot root should reach owners that do not hold it: when no candidate holds the
-/// whole root (`root_tokens` of the `tokens`-token prompt), or when waiting on the least busy
-/// holder takes longer than computing the root afresh would.
-fn spreads(
-    input: &RouteInput<'_>,
-    candidates: &[Candidate],
-    tokens: u32,
-    root_tokens: u32,
-) -> bool {
+/// Whether a hot root should reach owners that do not hold it, read from the priced `rows`:
+/// when no row holds the whole root (`root_tokens` of the `tokens`-token prompt), or when the
+/// shortest queue among the rows that do is longer than computing the root afresh would take.
+fn spreads(input: &RouteInput<'_>, rows: &[Row], tokens: u32, root_tokens: u32) -> bool {
     let cost = &input.params.cost;
     let saved = cost.prefill_secs(tokens, 0) - cost.prefill_secs(tokens - root_tokens, root_tokens);
-    let shortest_holder_queue = candidates
-        .iter()
-        .filter(|c| c.cached_tokens.unwrap_or(0).min(tokens) >= root_tokens)
-        .map(|c| queue_secs(input, c))
-        .fold(None::<f64>, |m, q| Some(m.map_or(q, |m| m.min(q))));
-    shortest_holder_queue.is_none_or(|q| q > saved)
+    rows.iter()
+        .filter(|r| r.cached_tokens >= root_tokens)
+        .map(|r| r.estimate.queue)
+        .reduce(f64::min)
+        .is_none_or(|shortest| shortest > saved)
 }
 
 /// Cached blocks `c`'s pool would evict to take the prompt with `cached` tokens held there: its
@@ -105,34 +90,17 @@ pub fn price_into(
     let params = input.params;
     let tokens = input.prompt_tokens();
     let mut hot = hot_root(input, candidates.len());
-    let root_tokens = match (input.prompt, hot) {
-        (Some(p), Some(_)) => (params.hot_blocks * p.block_size).min(p.cacheable()),
-        _ => 0,
-    };
-    if let Some(h) = hot.as_mut() {
-        h.spreading = h.owners > 0 && spreads(input, candidates, tokens, root_tokens);
-    }
-    let owners = match hot {
-        Some(h) if h.spreading => top_by_rendezvous(h.root, candidates, h.owners as usize),
-        _ => Vec::new(),
-    };
     rows.clear();
-    rows.extend(candidates.iter().enumerate().map(|(i, c)| {
+    rows.extend(candidates.iter().map(|c| {
         let cached = c.cached_tokens.unwrap_or(0).min(tokens);
-        let hot_owner = owners.contains(&i);
-        let priced = if hot_owner {
-            cached.max(root_tokens)
-        } else {
-            cached
-        };
+        let running = c.engine.map_or(c.in_flight, |e| {
+            (e.running.max(0.0).min(f64::from(u32::MAX)) as u32).max(c.in_flight)
+        });
         let work_secs = params.cost.prefill_secs(tokens - cached, cached);
         let estimate = Estimate {
-            queue: queue_secs(input, c),
-            prefill: if priced == cached {
-                work_secs
-            } else {
-                params.cost.prefill_secs(tokens - priced, priced)
-            },
+            queue: c.queued_prefill_secs
+                + params.cost.decode_interference_secs * f64::from(running),
+            prefill: work_secs,
             tier: c.tier_secs,
         };
         let evict_blocks = evicted_blocks(input, c, cached);
@@ -145,8 +113,8 @@ pub fn price_into(
         Row {
             set_aside: None,
             cached_tokens: cached,
-            priced_cached: priced,
-            hot_owner,
+            priced_cached: cached,
+            hot_owner: false,
             estimate,
             work_secs,
             evict_secs,
@@ -154,6 +122,21 @@ pub fn price_into(
             score: 0.0,
         }
     }));
+    if let (Some(p), Some(h)) = (input.prompt, hot.as_mut()) {
+        let root_tokens = (params.hot_blocks * p.block_size).min(p.cacheable());
+        h.spreading = h.owners > 0 && spreads(input, rows, tokens, root_tokens);
+        if h.spreading {
+            for i in top_by_rendezvous(h.root, candidates, h.owners as usize) {
+                let r = &mut rows[i];
+                r.hot_owner = true;
+                if root_tokens > r.cached_tokens {
+                    r.priced_cached = root_tokens;
+                    r.estimate.prefill =
+                        params.cost.prefill_secs(tokens - root_tokens, root_tokens);
+                }
+            }
+        }
+    }
     guards::apply(input, candidates, rows);
     hot
 }
