@@ -13,7 +13,7 @@ use inferrail_bench::harness::calibration::Calibrations;
 use inferrail_bench::harness::exec::ExecOptions;
 use inferrail_bench::harness::fleet::{gateway_yaml, FleetConfig, MODEL};
 use inferrail_bench::harness::peers::PeerPaths;
-use inferrail_bench::harness::spec::{build_spec, Settings};
+use inferrail_bench::harness::spec::{build_spec, spec_hash, Settings};
 use inferrail_bench::harness::{execute, expand, parse_sweep, HarnessError};
 use inferrail_config::CostModelParams;
 
@@ -49,6 +49,7 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
         sim_args: Vec::new(),
         tokenizer: Some("/some dir/with: colon".into()),
         cost_model: Some(cost),
+        bounded_load_floor: Some(3),
         work_dir: PathBuf::from("/nonexistent"),
         peers: PeerPaths {
             venv: PathBuf::from("/nonexistent"),
@@ -57,16 +58,22 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
     let yaml = gateway_yaml(&cfg, 1000, 1001, &[2000, 2001]);
     let config = inferrail_config::parse_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     assert_eq!(config.routing.cost_model, cost);
+    assert_eq!(config.routing.bounded_load_floor, 3);
     let model = config.models.iter().find(|m| m.name == MODEL).unwrap();
     assert_eq!(model.tokenizer.as_deref(), Some("/some dir/with: colon"));
     // Without either, the defaults and builtin:sim, as before.
     let plain = FleetConfig {
         tokenizer: None,
         cost_model: None,
+        bounded_load_floor: None,
         ..cfg
     };
     let config = inferrail_config::parse_str(&gateway_yaml(&plain, 1000, 1001, &[2000])).unwrap();
     assert_eq!(config.routing.cost_model, CostModelParams::default());
+    assert_eq!(
+        config.routing.bounded_load_floor,
+        inferrail_config::Routing::default().bounded_load_floor
+    );
     assert_eq!(config.models[0].tokenizer.as_deref(), Some("builtin:sim"));
 }
 
@@ -108,6 +115,27 @@ fn sweep_settings_for_the_fair_world_are_checked_and_leave_old_spec_hashes_alone
     let bad =
         sweep(&base.replace("[[points]]", "[settings]\ncalibrate = 1\n[[points]]")).unwrap_err();
     assert!(bad.to_string().contains("calibrate"), "{bad}");
+    // The bounded-load floor reaches the spec (and its hash) only when set; a peer or 0 is
+    // refused by name.
+    let floored = sweep(&base.replace(
+        "[[points]]",
+        "[settings]\nbounded_load_floor = 4\n[[points]]",
+    ))
+    .unwrap();
+    assert!(floored.iter().all(|s| s.bounded_load_floor == Some(4)));
+    assert_ne!(spec_hash(&floored[0]), spec_hash(&plain[0]));
+    let bad = sweep(&base.replace(
+        "[[points]]",
+        "[settings]\nbounded_load_floor = 0\n[[points]]",
+    ))
+    .unwrap_err();
+    assert!(bad.to_string().contains("bounded_load_floor 0"), "{bad}");
+    let bad = sweep(&base.replace("\"round_robin\"", "\"peer:nginx\"").replace(
+        "[[points]]",
+        "[settings]\nbounded_load_floor = 4\n[[points]]",
+    ))
+    .unwrap_err();
+    assert!(bad.to_string().contains("peer:nginx"), "{bad}");
 }
 
 #[test]

@@ -36,8 +36,9 @@ pub struct Candidate {
 pub struct PoolRoom {
     /// Blocks a new prompt can fill without evicting a cached one.
     pub free_blocks: u32,
-    /// The share (0..=1) of the blocks recently routed there that it already held: how likely
-    /// an evicted block is to be asked for again.
+    /// How likely a block this pool evicts next is to be asked for again (0..=1): the share of
+    /// the blocks recently routed there that it already held, each hit weighted by how near
+    /// eviction the block was, so hits on an always-recent shared prefix count for little.
     pub reuse: f64,
 }
 

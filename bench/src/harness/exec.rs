@@ -254,6 +254,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         sim_args: spec.sim_args.clone(),
         tokenizer: spec.tokenizer.clone(),
         cost_model,
+        bounded_load_floor: spec.bounded_load_floor,
         work_dir: work_dir.clone(),
         peers: opts.peers.clone(),
     })?;

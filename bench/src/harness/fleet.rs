@@ -106,6 +106,8 @@ pub struct FleetConfig {
     pub tokenizer: Option<String>,
     /// The gateway's `routing.cost_model`; `None` leaves the config defaults.
     pub cost_model: Option<CostModelParams>,
+    /// The gateway's `routing.bounded_load_floor`; `None` leaves the config default.
+    pub bounded_load_floor: Option<u64>,
     /// Where the processes' logs and the gateway config go.
     pub work_dir: PathBuf,
     /// Where peers are installed (used only when `policy` names one).
@@ -355,10 +357,14 @@ pub fn gateway_yaml(cfg: &FleetConfig, port: u16, admin: u16, sims: &[u16]) -> S
         .and_then(|c| serde_json::to_string(&c).ok())
         .map(|c| format!("  cost_model: {c}\n"))
         .unwrap_or_default();
+    let floor = cfg
+        .bounded_load_floor
+        .map(|f| format!("  bounded_load_floor: {f}\n"))
+        .unwrap_or_default();
     let tokenizer = serde_json::Value::from(cfg.tokenizer.as_deref().unwrap_or("builtin:sim"));
     let mut y = format!(
         "server:\n  listen: 127.0.0.1:{port}\n  admin_listen: 127.0.0.1:{admin}\n  cores: 1\n  \
-         request_timeout: 120s\nrouting:\n  seed: 42\n{cost_model}models:\n  - name: {MODEL}\n    \
+         request_timeout: 120s\nrouting:\n  seed: 42\n{floor}{cost_model}models:\n  - name: {MODEL}\n    \
          policy: {}\n    tokenizer: {tokenizer}\n    block_size: {BLOCK_SIZE}\nreplicas:\n",
         cfg.policy
     );

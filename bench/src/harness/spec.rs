@@ -58,6 +58,9 @@ pub struct RunSpec {
     /// model's `tokenizer:`); absent means `builtin:sim`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
+    /// The gateway's `routing.bounded_load_floor`; absent means the config default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounded_load_floor: Option<u64>,
 }
 
 impl RunSpec {
@@ -131,6 +134,8 @@ pub struct Settings {
     pub cost_model_scale: Option<f64>,
     /// Tokenizer of simulators and gateway ([`RunSpec::tokenizer`]).
     pub tokenizer: Option<String>,
+    /// The gateway's bounded-load floor ([`RunSpec::bounded_load_floor`]).
+    pub bounded_load_floor: Option<u64>,
 }
 
 impl Settings {
@@ -147,6 +152,7 @@ impl Settings {
             calibrate: over.calibrate.or(self.calibrate),
             cost_model_scale: over.cost_model_scale.or(self.cost_model_scale),
             tokenizer: over.tokenizer.clone().or_else(|| self.tokenizer.clone()),
+            bounded_load_floor: over.bounded_load_floor.or(self.bounded_load_floor),
         }
     }
 }
@@ -280,6 +286,20 @@ pub fn build_spec(
             )));
         }
     }
+    if let Some(floor) = settings.bounded_load_floor {
+        if floor == 0 || floor > u64::from(u32::MAX) {
+            return Err(bad(format!(
+                "bounded_load_floor {floor} must be from 1 to {}",
+                u32::MAX
+            )));
+        }
+        if Peer::parse(policy).is_some() {
+            return Err(bad(format!(
+                "bounded_load_floor is the gateway's routing setting; {policy} does not read it \
+                 (give the point its own `policies`)"
+            )));
+        }
+    }
     if settings.tokenizer.as_deref().is_some_and(str::is_empty) {
         return Err(bad("tokenizer: name a directory or builtin:sim".into()));
     }
@@ -311,6 +331,7 @@ pub fn build_spec(
         calibrate: settings.calibrate.unwrap_or(false),
         cost_model_scale: settings.cost_model_scale.filter(|s| *s != 1.0),
         tokenizer: settings.tokenizer.clone().filter(|t| t != "builtin:sim"),
+        bounded_load_floor: settings.bounded_load_floor,
     })
 }
 

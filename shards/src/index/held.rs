@@ -26,8 +26,9 @@ pub struct HeldBlocks {
 pub struct PoolRoom {
     /// Blocks the pool can fill without evicting a cached one.
     pub free_blocks: u32,
-    /// The replica's recent reuse: the share of the blocks routed to it that it already held,
-    /// in thousandths (0..=1000), weighted towards about the last pool's worth of blocks. 1000
+    /// How likely the replica's next evicted blocks are to be asked for again, in thousandths
+    /// (0..=1000): the share of the blocks routed to it that it already held, each weighted by
+    /// how near eviction it was ([`ReplicaBlocks::reuse`](super::ReplicaBlocks::reuse)). 1000
     /// before anything was routed (an unmeasured cache is assumed to be worth keeping).
     pub reuse_permille: u16,
 }

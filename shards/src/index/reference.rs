@@ -10,6 +10,7 @@ pub(crate) struct RefBlocks {
     pub(crate) capacity: usize,
     clock: u64,
     held: Vec<(BlockHash, u64)>,
+    reuse: f64,
 }
 
 /// What one reference record did: (block, stamp given, stamp before or None when new), in the
@@ -25,6 +26,7 @@ impl RefBlocks {
             capacity,
             clock: 0,
             held: Vec::new(),
+            reuse: 1.0,
         }
     }
 
@@ -54,8 +56,24 @@ impl RefBlocks {
     }
 
     /// Stamps the first `capacity` blocks from the last to the first, then evicts the oldest.
+    /// Also folds the record into the reuse: each held block weighs (its age + 1) over (the
+    /// oldest held block's age + 1), ages counted in stamps before this record.
     pub(crate) fn record(&mut self, blocks: &[BlockHash]) -> RefUndo {
         let n = blocks.len().min(self.capacity);
+        let oldest = self.held.iter().map(|&(_, s)| s).min();
+        let oldest_age = oldest.map_or(0, |s| self.clock - s);
+        let mut held_weight = 0.0;
+        for b in &blocks[..n] {
+            if let Some(p) = self.find(*b) {
+                let age = self.clock - self.held[p].1;
+                held_weight += (age + 1) as f64 / (oldest_age + 1) as f64;
+            }
+        }
+        if n > 0 {
+            let keep = (-(n as f64) / self.capacity as f64).exp();
+            self.reuse =
+                self.reuse * keep + (held_weight / n as f64).clamp(0.0, 1.0) * (1.0 - keep);
+        }
         let mut entries = Vec::new();
         for i in (0..n).rev() {
             self.clock += 1;
@@ -87,6 +105,10 @@ impl RefBlocks {
                 }
             }
         }
+    }
+
+    pub(crate) fn reuse(&self) -> f64 {
+        self.reuse
     }
 
     pub(crate) fn holds(&self, b: &BlockHash) -> bool {

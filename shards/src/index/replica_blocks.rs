@@ -136,10 +136,14 @@ impl ReplicaBlocks {
         }
     }
 
-    /// The share of the blocks recorded here that were already held, as an average weighted
-    /// towards about the last `capacity` blocks recorded (each record of `n` blocks keeps
-    /// `exp(-n / capacity)` of the old value); 1 before anything was recorded. It says how much
-    /// this replica's cached blocks are reused, so what evicting them would cost.
+    /// How likely a block this pool evicts next is to be asked for again, in 0..=1: the share of
+    /// the blocks recorded here that were already held, each hit weighted by how near eviction
+    /// the block was (its age over the least recent held block's age, so a hit on the next
+    /// block to go counts 1 and a hit on the block just used counts almost 0), as an average
+    /// weighted towards about the last `capacity` blocks recorded (each record of `n` blocks
+    /// keeps `exp(-n / capacity)` of the old value). 1 before anything was recorded: an
+    /// unmeasured cache is assumed worth keeping. A prefix every prompt repeats (a chat
+    /// template's first block) is always recent, so it adds almost nothing.
     pub fn reuse(&self) -> f64 {
         self.reuse
     }
@@ -195,13 +199,25 @@ impl ReplicaBlocks {
     /// its free queue). So at most `capacity - spare` blocks are held.
     pub fn record_prompt(&mut self, blocks: &[BlockHash], partial: bool) -> RecordUndo {
         let n = blocks.len().min(self.capacity);
-        let new_blocks = blocks[..n]
-            .iter()
-            .filter(|b| !self.map.contains_key(&Key::from(**b)))
-            .count();
+        // Ages count stamps handed out since; the least recent held block has the largest.
+        let oldest_age = self
+            .nodes
+            .get(self.head as usize)
+            .map_or(0, |h| self.clock.saturating_sub(h.stamp));
+        let mut new_blocks = 0;
+        let mut held_weight = 0.0;
+        for b in &blocks[..n] {
+            match self.map.get(&Key::from(*b)) {
+                Some(&slot) => {
+                    let age = self.clock.saturating_sub(self.nodes[slot as usize].stamp);
+                    held_weight += (age + 1) as f64 / (oldest_age + 1) as f64;
+                }
+                None => new_blocks += 1,
+            }
+        }
         if n > 0 {
             let keep = (-(n as f64) / self.capacity.max(1) as f64).exp();
-            let held = (n - new_blocks) as f64 / n as f64;
+            let held = (held_weight / n as f64).clamp(0.0, 1.0);
             self.reuse = self.reuse * keep + held * (1.0 - keep);
         }
         let spare_taken = self.spare.min(new_blocks + usize::from(partial));

@@ -696,13 +696,21 @@ fn lookups_report_each_replicas_pool_room() {
         room.reuse_permille < 1000 && room.reuse_permille > 900,
         "{room:?}"
     );
-    // Recording the same prompt again reuses every block: the share rises.
+    // Two replicas see the same two prompts; then replica 10 gets the older one again (every
+    // block held, near the eviction end) and replica 11 a new one: 10's share stays higher.
+    let b = chain(&[5, 6, 7, 8]);
+    let c = chain(&[9, 10, 11, 12]);
+    index.record(11, Arc::clone(&a)).ok();
+    index.record(10, Arc::clone(&b)).ok();
+    index.record(11, Arc::clone(&b)).ok();
     index.record(10, Arc::clone(&a)).ok();
+    index.record(11, Arc::clone(&c)).ok();
     let again = held_with_room(&index, &a, 10).room.expect("room");
-    assert_eq!(again.free_blocks, 96);
+    let fresh = held_with_room(&index, &a, 11).room.expect("room");
+    assert_eq!((again.free_blocks, fresh.free_blocks), (92, 88));
     assert!(
-        again.reuse_permille > room.reuse_permille,
-        "{room:?} -> {again:?}"
+        again.reuse_permille > fresh.reuse_permille,
+        "{again:?} against {fresh:?}"
     );
     // A replica nothing was routed to has no room to report.
     assert_eq!(held_with_room(&index, &a, 77).room, None);
