@@ -1013,7 +1013,7 @@ observability:
                 .bounded_load_floor,
             64
         );
-        assert_eq!(ok(&minimal_with("")).routing.bounded_load_floor, 16);
+        assert_eq!(ok(&minimal_with("")).routing.bounded_load_floor, 8);
 
         assert_eq!(
             errs(&minimal_with(

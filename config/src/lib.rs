@@ -200,7 +200,7 @@ mod tests {
         assert!(routing.split.is_empty());
         assert!(routing.shadow.is_empty());
         assert_eq!(routing.epsilon, 1.0);
-        assert_eq!(routing.bounded_load_floor, 16);
+        assert_eq!(routing.bounded_load_floor, 8);
         assert_eq!(routing.kappa, 0.92);
         assert!(!routing.session_affinity);
         assert_eq!(routing.seed, None);

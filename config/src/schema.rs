@@ -298,8 +298,7 @@ pub struct Routing {
     pub epsilon: f64,
     /// Bounded load floor: a replica is never set aside by the bounded-load guard while it would
     /// hold at most this many requests, whatever the bound says (at low absolute load the bound
-    /// binds on nothing overloaded). Default 16 (chosen in perf/results/floor-choice), >= 1; 1 is
-    /// the plain bound.
+    /// binds on nothing overloaded). Default 8, >= 1; 1 is the plain bound.
     pub bounded_load_floor: u64,
     /// KV pressure threshold, as a fraction of capacity. Default 0.92, in (0, 1].
     pub kappa: f64,
@@ -371,7 +370,7 @@ impl Default for Routing {
             split: BTreeMap::new(),
             shadow: Vec::new(),
             epsilon: 1.0,
-            bounded_load_floor: 16,
+            bounded_load_floor: 8,
             kappa: 0.92,
             session_affinity: false,
             seed: None,

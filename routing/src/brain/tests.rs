@@ -457,7 +457,7 @@ fn the_floor_keeps_a_warm_replica_at_low_load() {
     let (rows, _) = price(&input(Some(prompt), &strict, fleet()), &c);
     assert_eq!(rows[0].set_aside, Some(Guard::BoundedLoad));
     let floored = BrainParams::default();
-    assert_eq!(floored.bounded_load_floor, 16);
+    assert_eq!(floored.bounded_load_floor, 8);
     let i = input(Some(prompt), &floored, fleet());
     let (rows, _) = price(&i, &c);
     assert!(rows.iter().all(|r| r.set_aside.is_none()), "{rows:?}");

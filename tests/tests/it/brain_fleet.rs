@@ -215,8 +215,8 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
     let mut decisions = 0usize;
     // prefix_hash ignores the guards: the same checks must catch it (the test has teeth).
     let mut hash_violations = 0usize;
-    // The strict guard (floor 1) and the default floor (16): the limit is max(bound, floor).
-    for floor in [1u64, 16] {
+    // The strict guard (floor 1) and the default floor (8): the limit is max(bound, floor).
+    for floor in [1u64, 8] {
         let params = BrainParams {
             bounded_load_floor: floor,
             ..BrainParams::default()
@@ -340,7 +340,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
     }
     eprintln!(
         "\n== bounded load: {decisions} kv_aware/cost_model decisions within the limit \
-         (floors 1 and 16); \
+         (floors 1 and 8); \
          prefix_hash went past it {hash_violations} times"
     );
     assert!(decisions > 10_000, "{decisions}");
