@@ -136,6 +136,18 @@ fn sweep_settings_for_the_fair_world_are_checked_and_leave_old_spec_hashes_alone
     ))
     .unwrap_err();
     assert!(bad.to_string().contains("peer:nginx"), "{bad}");
+    // The time scale: 1 is the default (same hashes); another scale reaches the spec and the
+    // engines' flags; a silly one, or --time-scale in sim_args, is refused by name.
+    let with = |line: &str| base.replace("[[points]]", &format!("[settings]\n{line}\n[[points]]"));
+    assert_eq!(sweep(&with("time_scale = 1.0")).unwrap(), plain);
+    let scaled = sweep(&with("time_scale = 0.25")).unwrap();
+    assert!(scaled.iter().all(|s| s.time_scale == Some(0.25)));
+    assert_eq!(scaled[0].engine_args(), ["--time-scale", "0.25"]);
+    assert_ne!(spec_hash(&scaled[0]), spec_hash(&plain[0]));
+    let bad = sweep(&with("time_scale = 0.0")).unwrap_err();
+    assert!(bad.to_string().contains("time_scale 0"), "{bad}");
+    let bad = sweep(&with("sim_args = [\"--time-scale\", \"0.5\"]")).unwrap_err();
+    assert!(bad.to_string().contains("time_scale"), "{bad}");
 }
 
 #[test]

@@ -178,7 +178,8 @@ rates = [1]
         assert_eq!(probe["met"], false);
         assert!(probe["failed"].to_string().contains("TTFT"), "{probe}");
         let result = read_result(&out.join(probe["file"].as_str().unwrap()));
-        let args = &result.spec.sim_args;
+        assert_eq!(result.spec.time_scale, Some(0.05));
+        let args = result.spec.engine_args();
         assert_eq!(args[args.len() - 2..], ["--time-scale", "0.05"]);
         // The p99 judged is the measured one divided by the time scale.
         let samples: Vec<u64> = result.report["samples"]["ttft_us"]

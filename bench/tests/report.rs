@@ -478,3 +478,64 @@ fn peer_goodput_below_fails_however_small() {
     assert_eq!(outcome, Outcome::Fail, "{line}");
     assert!(line.contains("goodput 4.95 vs 4.96 req/s: below"), "{line}");
 }
+
+#[test]
+fn time_scaled_runs_read_in_model_time() {
+    // Each fixture rewritten as if measured at time scale 0.5 (engines twice as fast, the
+    // rate twice the model rate, latencies halved, goodput per wall second doubled): the
+    // report reads them back as the unscaled fixtures, whether the scale is the spec's
+    // `time_scale` or a `--time-scale` in `sim_args` (files written before the setting).
+    let dir = scratch("time-scaled");
+    copy_fixtures(&dir, |name, v| {
+        let half = |x: &Value| Value::from((x.as_f64().unwrap() * 0.5).round() as u64);
+        if name.starts_with("w1-") {
+            v["spec"]["time_scale"] = Value::from(0.5);
+        } else {
+            v["spec"]["sim_args"] = serde_json::json!(["--time-scale", "0.5"]);
+        }
+        let rate = v["spec"]["rate"].as_f64().unwrap();
+        v["spec"]["rate"] = Value::from(rate * 2.0);
+        let goodput = v["report"]["goodput"]["requests_per_s"].as_f64().unwrap();
+        v["report"]["goodput"]["requests_per_s"] = Value::from(goodput * 2.0);
+        for dist in ["ttft_us", "tpot_us"] {
+            for q in ["p50", "p99"] {
+                let scaled = half(&v["report"][dist][q]);
+                v["report"][dist][q] = scaled;
+            }
+        }
+    });
+    let plain = aggregate::aggregate(&load::load_dir(&fixtures()).expect("fixtures load"));
+    let scaled = aggregate::aggregate(&load::load_dir(&dir).expect("scaled files load"));
+    assert_eq!(
+        plain.workloads.keys().collect::<Vec<_>>(),
+        scaled.workloads.keys().collect::<Vec<_>>()
+    );
+    let mut compared = 0;
+    for (workload, rates) in &plain.workloads {
+        for (rate, policies) in rates {
+            for (policy, p) in policies {
+                let s = scaled
+                    .get(workload, *rate, policy)
+                    .unwrap_or_else(|| panic!("{workload} {rate} {policy}: not at the model rate"));
+                let close = |a: f64, b: f64, tol: f64| (a - b).abs() <= tol;
+                assert!(close(p.ttft_p99_s.median, s.ttft_p99_s.median, 2e-6));
+                assert!(close(p.ttft_p50_s.median, s.ttft_p50_s.median, 2e-6));
+                assert!(close(p.goodput.median, s.goodput.median, 1e-9));
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 10, "{compared} points compared");
+    // A time scale that is not a positive number is a one-line error naming the file.
+    let bad = scratch("time-scaled-bad");
+    copy_fixtures(&bad, |name, v| {
+        if name == "w6-r2-cost_model-rep1.json" {
+            v["spec"]["time_scale"] = Value::from(-1.0);
+        }
+    });
+    let e = load::load_dir(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("w6-r2-cost_model-rep1.json") && e.contains("time scale"),
+        "{e}"
+    );
+}

@@ -218,25 +218,28 @@ fn line(r: &RunResult) -> String {
     )
 }
 
-/// The cost model a run's gateway gets: calibrated against its simulators' setup when the spec
-/// says so (else the config defaults), times `cost_model_scale`; `None` for the plain defaults
-/// and for a peer (no gateway).
+/// The cost model a run's gateway gets: calibrated against its simulators' setup (time scale
+/// included) when the spec says so, else the config defaults times the time scale (so a scaled
+/// fleet is priced as its engines run), then times `cost_model_scale`; `None` for the plain
+/// defaults of an unscaled run and for a peer (no gateway).
 fn gateway_cost_model(
     spec: &RunSpec,
     opts: &ExecOptions,
 ) -> Result<Option<CostModelParams>, HarnessError> {
-    if Peer::parse(&spec.policy).is_some() || !(spec.calibrate || spec.cost_model_scale.is_some()) {
+    let untouched =
+        !(spec.calibrate || spec.cost_model_scale.is_some() || spec.time_scale.is_some());
+    if Peer::parse(&spec.policy).is_some() || untouched {
         return Ok(None);
     }
     let base = if spec.calibrate {
         opts.calibrations.cost_model(
             &opts.bin_dir,
-            &spec.sim_args,
+            &spec.engine_args(),
             spec.tokenizer.as_deref(),
             &opts.out_dir.join(".work").join("calibrate"),
         )?
     } else {
-        CostModelParams::default()
+        scaled(CostModelParams::default(), spec.scale())
     };
     Ok(Some(scaled(base, spec.cost_model_scale.unwrap_or(1.0))))
 }
@@ -251,7 +254,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         replicas: spec.replicas,
         policy: spec.policy.clone(),
         kv_capacity_blocks: spec.kv_capacity_blocks,
-        sim_args: spec.sim_args.clone(),
+        sim_args: spec.engine_args(),
         tokenizer: spec.tokenizer.clone(),
         cost_model,
         bounded_load_floor: spec.bounded_load_floor,
@@ -270,7 +273,8 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         seed: spec.seed,
         model: MODEL.to_string(),
         max_tokens: spec.max_tokens,
-        slo: Slo::default(),
+        slo: Slo::default().scaled(spec.scale()),
+        time_scale: spec.scale(),
         headers: Vec::new(),
         connections: 32,
         max_connections: 512,

@@ -61,9 +61,29 @@ pub struct RunSpec {
     /// The gateway's `routing.bounded_load_floor`; absent means the config default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bounded_load_floor: Option<u64>,
+    /// The engines' time scale (`inferrail-sim --time-scale`): every modelled latency, the
+    /// workload's think times and the goodput SLO are multiplied by it, so `rate` (wall-clock
+    /// first turns per second) loads the engines as `rate x time_scale` would in model time.
+    /// Absent means 1 (real time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
 }
 
 impl RunSpec {
+    /// The simulators' flags: `sim_args`, then `--time-scale S` when the spec is scaled.
+    pub fn engine_args(&self) -> Vec<String> {
+        let mut args = self.sim_args.clone();
+        if let Some(s) = self.time_scale {
+            args.extend(["--time-scale".to_string(), s.to_string()]);
+        }
+        args
+    }
+
+    /// The time scale, 1 when absent.
+    pub fn scale(&self) -> f64 {
+        self.time_scale.unwrap_or(1.0)
+    }
+
     /// The result file's name without `.json`: `[name-]w1-r6-cost_model-rep1` (a peer's `:`
     /// becomes `_`: `w1-r6-peer_nginx-rep1`).
     pub fn stem(&self) -> String {
@@ -136,6 +156,8 @@ pub struct Settings {
     pub tokenizer: Option<String>,
     /// The gateway's bounded-load floor ([`RunSpec::bounded_load_floor`]).
     pub bounded_load_floor: Option<u64>,
+    /// The engines' time scale ([`RunSpec::time_scale`]).
+    pub time_scale: Option<f64>,
 }
 
 impl Settings {
@@ -153,6 +175,7 @@ impl Settings {
             cost_model_scale: over.cost_model_scale.or(self.cost_model_scale),
             tokenizer: over.tokenizer.clone().or_else(|| self.tokenizer.clone()),
             bounded_load_floor: over.bounded_load_floor.or(self.bounded_load_floor),
+            time_scale: over.time_scale.or(self.time_scale),
         }
     }
 }
@@ -300,6 +323,19 @@ pub fn build_spec(
             )));
         }
     }
+    if let Some(scale) = settings.time_scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(bad(format!("time_scale {scale} must be a positive number")));
+        }
+    }
+    let sim_args = settings.sim_args.clone().unwrap_or_default();
+    if sim_args.iter().any(|a| a == "--time-scale") {
+        return Err(bad(
+            "sim_args: give the engines' time scale as the `time_scale` setting, which also \
+             scales think times, the goodput SLO and the report, not as --time-scale"
+                .into(),
+        ));
+    }
     if settings.tokenizer.as_deref().is_some_and(str::is_empty) {
         return Err(bad("tokenizer: name a directory or builtin:sim".into()));
     }
@@ -327,11 +363,12 @@ pub fn build_spec(
         max_tokens: settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         replicas,
         kv_capacity_blocks: settings.kv_capacity_blocks,
-        sim_args: settings.sim_args.clone().unwrap_or_default(),
+        sim_args,
         calibrate: settings.calibrate.unwrap_or(false),
         cost_model_scale: settings.cost_model_scale.filter(|s| *s != 1.0),
         tokenizer: settings.tokenizer.clone().filter(|t| t != "builtin:sim"),
         bounded_load_floor: settings.bounded_load_floor,
+        time_scale: settings.time_scale.filter(|s| *s != 1.0),
     })
 }
 

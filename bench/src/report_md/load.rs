@@ -22,6 +22,25 @@ pub struct Spec {
     /// Seed (absent: 0).
     #[serde(default)]
     pub seed: u64,
+    /// The engines' time scale (absent: 1, or the `--time-scale` of `sim_args` in files
+    /// written before the setting existed).
+    #[serde(default)]
+    pub time_scale: Option<f64>,
+    /// The simulators' extra flags (read only for a time scale given there).
+    #[serde(default)]
+    pub sim_args: Vec<String>,
+}
+
+impl Spec {
+    /// The run's time scale: `time_scale`, else a `--time-scale S` in `sim_args`, else 1.
+    pub fn scale(&self) -> f64 {
+        self.time_scale
+            .or_else(|| {
+                let at = self.sim_args.iter().position(|a| a == "--time-scale")?;
+                self.sim_args.get(at + 1)?.parse().ok()
+            })
+            .unwrap_or(1.0)
+    }
 }
 
 /// A distribution in µs (the fields of `RunReport`'s `Dist` the report uses).
@@ -160,19 +179,43 @@ pub struct Loaded {
     pub file: ResultFile,
 }
 
-/// Parses one result file's text; `path` only names it in the error.
+/// Parses one result file's text; `path` only names it in the error. A time-scaled run is
+/// returned in model time: its rate and goodput times the scale, its latencies divided by it,
+/// so scaled and unscaled runs read alike.
 pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
-    let file: ResultFile = serde_json::from_str(text).map_err(|e| ReportError::Parse {
+    let bad = |reason: String| ReportError::Parse {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let mut file: ResultFile = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
     if !(file.spec.rate.is_finite() && file.spec.rate >= 0.0) {
-        return Err(ReportError::Parse {
-            path: path.to_path_buf(),
-            reason: format!("spec.rate {} is not a load", file.spec.rate),
-        });
+        return Err(bad(format!("spec.rate {} is not a load", file.spec.rate)));
+    }
+    let scale = file.spec.scale();
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(bad(format!("time scale {scale} is not a positive number")));
+    }
+    if scale != 1.0 {
+        to_model_time(&mut file, scale);
     }
     Ok(file)
+}
+
+/// Rewrites a run measured at time scale `scale` in model time.
+fn to_model_time(file: &mut ResultFile, scale: f64) {
+    let slower = |us: u64| (us as f64 / scale).round() as u64;
+    let r = &mut file.report;
+    file.spec.rate *= scale;
+    r.goodput.requests_per_s *= scale;
+    for d in [&mut r.ttft_us, &mut r.tpot_us] {
+        d.p50 = slower(d.p50);
+        d.p99 = slower(d.p99);
+    }
+    if let Some(s) = r.samples.as_mut() {
+        for v in s.ttft_us.iter_mut().chain(s.tpot_us.iter_mut()) {
+            *v = slower(*v);
+        }
+    }
 }
 
 /// Reads every `*.json` directly in `dir`, sorted by file name.

@@ -47,6 +47,16 @@ pub struct Slo {
     pub tpot: Duration,
 }
 
+impl Slo {
+    /// Both bounds multiplied by `scale` (a run against engines at that time scale).
+    pub fn scaled(self, scale: f64) -> Slo {
+        Slo {
+            ttft: self.ttft.mul_f64(scale),
+            tpot: self.tpot.mul_f64(scale),
+        }
+    }
+}
+
 impl Default for Slo {
     /// TTFT at most 2 s, TPOT at most 100 ms.
     fn default() -> Slo {
@@ -80,6 +90,8 @@ pub struct RunConfig {
     pub max_tokens: u32,
     /// Goodput's bounds.
     pub slo: Slo,
+    /// The engines' time scale: every think time is multiplied by it (1: real time).
+    pub time_scale: f64,
     /// Extra request headers.
     pub headers: Vec<(String, String)>,
     /// Connections opened before the run.
@@ -235,6 +247,7 @@ where
             model,
             max_tokens,
             slo,
+            time_scale: 1.0,
             headers,
             connections: connections.min(max_connections),
             max_connections,

@@ -135,7 +135,7 @@ fn turn(config: &RunConfig, r: &Request) -> Turn {
     let body = with_usage(&r.body);
     Turn {
         request: http_request(&config.target, path, &headers, Some(&body)).0,
-        think: r.think_time,
+        think: r.think_time.mul_f64(config.time_scale),
     }
 }
 
@@ -368,6 +368,23 @@ mod tests {
             assert!(c[1..].iter().all(|t| t.think >= Duration::from_secs(10)));
             let head = String::from_utf8(c[0].request.to_vec()).unwrap();
             assert!(head.contains("\r\nx-session-id: w2-"), "{head}");
+        }
+    }
+
+    #[test]
+    fn think_times_follow_the_time_scale() {
+        let real = conversations(&config("w2"), 3);
+        let mut quarter = config("w2");
+        quarter.time_scale = 0.25;
+        let scaled = conversations(&quarter, 3);
+        let thinks = |c: &[Rc<[Turn]>]| -> Vec<Duration> {
+            c.iter().flat_map(|c| c.iter()).map(|t| t.think).collect()
+        };
+        let (real, scaled) = (thinks(&real), thinks(&scaled));
+        assert_eq!(real.len(), scaled.len());
+        assert!(real.iter().any(|t| !t.is_zero()));
+        for (r, s) in real.iter().zip(&scaled) {
+            assert_eq!(*s, r.mul_f64(0.25));
         }
     }
 }

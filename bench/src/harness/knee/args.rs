@@ -39,8 +39,9 @@ Writes every probe's result JSON, knee.json and knee.md into DIR.
   --min-samples N    measured requests a probe aims at (default 1000)
   --slo-ttft D       p99 TTFT bound (default 2s), model time
   --slo-tpot D       p99 TPOT bound (default 100ms), model time
-  --time-scale S     passed to every simulator as --time-scale S (latencies times S); measured
-                     latencies are divided by S before the bounds apply (default 1)
+  --time-scale S     every probe's time_scale (simulators' latencies, think times and the
+                     goodput SLO times S); measured latencies are divided by S before the
+                     bounds apply (default 1)
   --out DIR          output directory (default knee-<workload>-<unix time>)
   --bin-dir DIR      where inferrail and inferrail-sim are (default: this binary's directory)
   --peers-venv DIR   the venv of peer routers (default target/peers-venv)
@@ -162,15 +163,15 @@ where
     if fronts.is_empty() {
         return Err(ArgsError::Required("--front").into());
     }
-    if settings
+    let scaled_args = settings
         .sim_args
         .iter()
         .flatten()
-        .any(|a| a.starts_with("--time-scale"))
-    {
+        .any(|a| a.starts_with("--time-scale"));
+    if scaled_args || settings.time_scale.is_some() {
         return Err(HarnessError::Spec(
-            "sim_args sets --time-scale: give it to knee's --time-scale instead (which also \
-             rescales the measured latencies)"
+            "the spec sets a time scale (time_scale or sim_args --time-scale): give it to \
+             knee's --time-scale instead (which also rescales the measured latencies)"
                 .into(),
         ));
     }

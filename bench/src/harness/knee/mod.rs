@@ -23,14 +23,11 @@ use judge::{judge, ACHIEVED_SHARE};
 use summary::{FrontKnee, KneeSummary, ProbeRow, SloRow};
 
 /// The spec of a probe at `rate`: the settings' run, measured over `max(duration,
-/// min_samples / rate)`, with `--time-scale` added to the simulators' flags when not 1.
+/// min_samples / rate)`, at the time scale of `--time-scale` (see [`RunSpec::time_scale`]).
 pub fn probe_spec(args: &KneeArgs, front: &str, rate: f64) -> Result<RunSpec, HarnessError> {
     let mut spec = build_spec(None, &args.workload, rate, front, 1, &args.settings, "knee")?;
     spec.duration_s = spec.duration_s.max(args.min_samples as f64 / rate);
-    if args.slo.time_scale != 1.0 {
-        spec.sim_args
-            .extend(["--time-scale".to_string(), args.slo.time_scale.to_string()]);
-    }
+    spec.time_scale = Some(args.slo.time_scale).filter(|s| *s != 1.0);
     Ok(spec)
 }
 
