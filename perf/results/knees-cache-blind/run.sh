@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Reruns every cache-blind knee of README.md, one workload at a time (never two fleets at
+# once on 2 cores). Needs a release build and the Qwen3 fixture:
+#   cargo build --release --workspace --bins && bash shards/fixtures/fetch.sh qwen3
+# Usage: perf/results/knees-cache-blind/run.sh [WORKLOAD ...]   (default: all of them)
+set -euo pipefail
+dir=perf/results/knees-cache-blind
+bench=${BENCH:-target/release/inferrail-bench}
+# workload  time-scale  low  high   (wall req/s; model req/s = wall x time-scale)
+table="
+w2  0.25  4   12
+w3  0.25  4   12
+w4  1.0   25  75
+w5  1.0   25  75
+w6  0.5   15  45
+w8  0.25  6   18
+mix 0.25  10  30
+hot 0.25  8   24
+"
+want=" ${*:-w2 w3 w4 w5 w6 w8 mix hot} "
+while read -r w scale low high; do
+    [ -n "$w" ] || continue
+    case "$want" in *" $w "*) ;; *) continue ;; esac
+    "$bench" knee "$dir/spec.toml" --workload "$w" --low "$low" --high "$high" \
+        --time-scale "$scale" --min-samples 1000 --out "$dir/runs/$w"
+done <<< "$table"
