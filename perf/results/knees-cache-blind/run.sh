@@ -2,7 +2,7 @@
 # Reruns every cache-blind knee of README.md, one workload at a time (never two fleets at
 # once on 2 cores). Needs a release build and the Qwen3 fixture:
 #   cargo build --release --workspace --bins && bash shards/fixtures/fetch.sh qwen3
-# Usage: perf/results/knees-cache-blind/run.sh [WORKLOAD ...]   (default: all of them)
+# Usage: perf/results/knees-cache-blind/run.sh [WORKLOAD ...]   (default: all of them, in the order given)
 set -euo pipefail
 dir=perf/results/knees-cache-blind
 bench=${BENCH:-target/release/inferrail-bench}
@@ -17,10 +17,10 @@ w8  0.25  6   18
 mix 0.25  10  30
 hot 0.25  8   24
 "
-want=" ${*:-w2 w3 w4 w5 w6 w8 mix hot} "
-while read -r w scale low high; do
-    [ -n "$w" ] || continue
-    case "$want" in *" $w "*) ;; *) continue ;; esac
+for w in ${*:-w2 w3 w4 w5 w6 w8 mix hot}; do
+    row=$(awk -v w="$w" '$1 == w' <<< "$table")
+    [ -n "$row" ] || { echo "run.sh: unknown workload $w (known: w2 w3 w4 w5 w6 w8 mix hot)" >&2; exit 2; }
+    read -r _ scale low high <<< "$row"
     "$bench" knee "$dir/spec.toml" --workload "$w" --low "$low" --high "$high" \
         --time-scale "$scale" --min-samples 1000 --out "$dir/runs/$w"
-done <<< "$table"
+done
