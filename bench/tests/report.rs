@@ -539,3 +539,61 @@ fn time_scaled_runs_read_in_model_time() {
         "{e}"
     );
 }
+
+/// The matrix row of cost_model against `other` at W1 6 req/s.
+fn matrix_row(md: &str, other: &str) -> String {
+    md.lines()
+        .find(|l| l.starts_with(&format!("| W1 | 6 | vs {other} | ")))
+        .unwrap_or_else(|| panic!("no matrix row against {other} in\n{md}"))
+        .to_string()
+}
+
+#[test]
+fn matrix_compares_cost_model_with_every_policy_at_every_point() {
+    let md = build(&with_w1_r6_samples("matrix-ahead", 500_000, 800_000))
+        .expect("builds")
+        .markdown;
+    assert!(
+        md.contains("## cost_model against every policy at every point"),
+        "{md}"
+    );
+    let row = matrix_row(&md, "peer:llm-d");
+    assert!(
+        row.contains("| 0.500 [0.494–0.503] | 0.800 [0.791–0.804] | ahead |"),
+        "{row}"
+    );
+    // Policies without samples have no interval: cost_model's p99 is below theirs.
+    let rr = matrix_row(&md, "round_robin");
+    assert!(rr.contains("| not above (no interval) |"), "{rr}");
+    // Every policy but cost_model at every (workload, rate) with cost_model gets a row.
+    let t = aggregate::aggregate(&load::load_dir(&fixtures()).expect("loads"));
+    let want: usize = t
+        .workloads
+        .values()
+        .flat_map(|rates| rates.values())
+        .filter(|pols| pols.contains_key("cost_model"))
+        .map(|pols| pols.len() - 1)
+        .sum();
+    let counted = format!("{want} comparisons: ");
+    assert!(md.contains(&counted), "want {counted:?} in\n{md}");
+}
+
+#[test]
+fn matrix_calls_behind_only_when_the_intervals_separate() {
+    let md = build(&with_w1_r6_samples("matrix-tie", 810_000, 800_000))
+        .expect("builds")
+        .markdown;
+    let row = matrix_row(&md, "peer:llm-d");
+    assert!(
+        row.contains("| tie |") && row.ends_with("| pass |"),
+        "{row}"
+    );
+    let md = build(&with_w1_r6_samples("matrix-behind", 832_000, 800_000))
+        .expect("builds")
+        .markdown;
+    let row = matrix_row(&md, "peer:llm-d");
+    assert!(
+        row.contains("| behind |") && row.ends_with("| **fail** |"),
+        "{row}"
+    );
+}

@@ -210,6 +210,7 @@ pub fn render(
         );
     }
     out.push('\n');
+    super::matrix::section(&mut out, &super::matrix::comparisons(t));
 
     out.push_str("## Headlines\n\n");
     for (w, rates) in &t.workloads {

@@ -3,14 +3,15 @@
 //! in name order, every map a `BTreeMap`, fixed number formatting, no timestamps).
 //!
 //! [`load`] reads the files, [`aggregate`] folds repetitions into medians (with [`bootstrap`]
-//! intervals on the p99s), [`verdicts`] judges the targets, [`charts`] draws the SVGs and
-//! [`markdown`] writes the text.
+//! intervals on the p99s), [`verdicts`] judges the targets, [`matrix`] compares cost_model with
+//! every policy at every point, [`charts`] draws the SVGs and [`markdown`] writes the text.
 
 pub mod aggregate;
 pub mod bootstrap;
 pub mod charts;
 pub mod load;
 pub mod markdown;
+pub mod matrix;
 mod num;
 pub mod verdicts;
 
