@@ -50,6 +50,12 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
         tokenizer: Some("/some dir/with: colon".into()),
         cost_model: Some(cost),
         bounded_load_floor: Some(3),
+        routing: [
+            ("kappa".to_string(), serde_json::json!(1.0)),
+            ("session_affinity".to_string(), serde_json::json!(true)),
+        ]
+        .into_iter()
+        .collect(),
         work_dir: PathBuf::from("/nonexistent"),
         peers: PeerPaths {
             venv: PathBuf::from("/nonexistent"),
@@ -59,6 +65,8 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
     let config = inferrail_config::parse_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     assert_eq!(config.routing.cost_model, cost);
     assert_eq!(config.routing.bounded_load_floor, 3);
+    assert_eq!(config.routing.kappa, 1.0);
+    assert!(config.routing.session_affinity);
     let model = config.models.iter().find(|m| m.name == MODEL).unwrap();
     assert_eq!(model.tokenizer.as_deref(), Some("/some dir/with: colon"));
     // Without either, the defaults and builtin:sim, as before.
@@ -66,6 +74,7 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
         tokenizer: None,
         cost_model: None,
         bounded_load_floor: None,
+        routing: Default::default(),
         ..cfg
     };
     let config = inferrail_config::parse_str(&gateway_yaml(&plain, 1000, 1001, &[2000])).unwrap();
@@ -75,6 +84,10 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
         inferrail_config::Routing::default().bounded_load_floor
     );
     assert_eq!(config.models[0].tokenizer.as_deref(), Some("builtin:sim"));
+    assert_eq!(
+        config.routing.kappa,
+        inferrail_config::Routing::default().kappa
+    );
 }
 
 #[test]
@@ -148,6 +161,31 @@ fn sweep_settings_for_the_fair_world_are_checked_and_leave_old_spec_hashes_alone
     assert!(bad.to_string().contains("time_scale 0"), "{bad}");
     let bad = sweep(&with("sim_args = [\"--time-scale\", \"0.5\"]")).unwrap_err();
     assert!(bad.to_string().contains("time_scale"), "{bad}");
+    // Further routing settings: absent or empty leaves the hashes alone; a point's table merges
+    // key by key over the sweep's; a peer, a key with a field of its own, or a table value is
+    // refused by name.
+    assert_eq!(sweep(&with("routing = {}")).unwrap(), plain);
+    let text = format!(
+        "{}[[points]]\nworkload = \"w1\"\nrates = [3]\noverrides = {{ routing = {{ epsilon = 0.5 }} }}\n",
+        with("routing = { kappa = 1.0 }")
+    );
+    let routed = sweep(&text).unwrap();
+    assert_eq!(routed[0].routing.len(), 1);
+    assert_eq!(routed[0].routing["kappa"], serde_json::json!(1.0));
+    assert_eq!(routed[2].routing.len(), 2);
+    assert_eq!(routed[2].routing["epsilon"], serde_json::json!(0.5));
+    assert_ne!(spec_hash(&routed[0]), spec_hash(&plain[0]));
+    let peer = base.replace("\"round_robin\"", "\"peer:nginx\"");
+    let bad = sweep(&peer.replace(
+        "[[points]]",
+        "[settings]\nrouting = { kappa = 1.0 }\n[[points]]",
+    ))
+    .unwrap_err();
+    assert!(bad.to_string().contains("peer:nginx"), "{bad}");
+    let bad = sweep(&with("routing = { seed = 3 }")).unwrap_err();
+    assert!(bad.to_string().contains("routing.seed"), "{bad}");
+    let bad = sweep(&with("routing = { hot_prefix = { blocks = 2 } }")).unwrap_err();
+    assert!(bad.to_string().contains("routing.hot_prefix"), "{bad}");
 }
 
 #[test]

@@ -716,9 +716,14 @@ replicas:
         let c = view.candidates(0, &[], now_micros);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1, 1));
-        assert!(
-            c[0].queued_prefill_secs > 0.2,
+        assert_eq!(
+            c[0].queued_prefill_secs, 0.25,
             "the acquired prefill is queued"
+        );
+        let later = view.candidates(0, &[], now_micros + 10_000_000);
+        assert_eq!(
+            later[0].queued_prefill_secs, 0.25,
+            "queued until its first byte, however long that takes (ADR 025)"
         );
         assert_eq!(c[0].key, 1);
         assert_eq!(

@@ -23,7 +23,7 @@ pub fn candidate(
         in_flight: reading.in_flight,
         pending: reading.awaiting_head,
         prompt_tokens: reading.prompt_tokens,
-        queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
+        queued_prefill_secs: reading.unserved_prefill_micros as f64 / 1e6,
     };
     let engine = entry.spec.engine.latest().map(|rep| EngineReading {
         running: rep.running,

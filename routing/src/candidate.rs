@@ -20,7 +20,9 @@ pub struct Candidate {
     /// Prompt tokens the replica is predicted not to recompute, when a prediction was made: those
     /// in its prefix cache and those its engine holds in an offload tier (CPU, storage).
     pub cached_tokens: Option<u32>,
-    /// Prefill the gateway has queued on it that has not drained yet, in seconds.
+    /// Prefill the gateway has queued on it, in seconds: the estimated prefill of the requests
+    /// routed there whose first byte has not come yet, summed (ADR 025; it does not drain with
+    /// time, so an engine slower than the cost model shows its backlog).
     pub queued_prefill_secs: f64,
     /// Seconds to load the offloaded part of `cached_tokens` back from its tiers (the cost
     /// model's `X`; 0 when nothing is offloaded or the replica has no KV events).

@@ -16,7 +16,8 @@ pub struct LoadReading {
     pub pending: u32,
     /// Prompt tokens of requests in flight to it (tokenized ones).
     pub prompt_tokens: u64,
-    /// Prefill the gateway has queued on it that has not drained yet, in seconds.
+    /// Prefill the gateway has queued on it: the estimated prefill of its requests still awaiting
+    /// their first byte, summed, in seconds ([`Candidate::queued_prefill_secs`]).
     pub queued_prefill_secs: f64,
 }
 

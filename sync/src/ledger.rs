@@ -9,6 +9,8 @@
 //! - **prompt tokens in flight** (the tokenized prompts of the requests in flight);
 //! - **queued prefill** and the requests awaiting their first response byte (a
 //!   [`PrefillQueue`]);
+//! - **unserved prefill**: the estimated prefill of the requests still awaiting their first
+//!   byte, summed (what the engine has not yet delivered, however long it has had);
 //! - **requests queued at the gateway** waiting for a free slot on this replica while it is full,
 //!   never above the `max_pending` the caller passes.
 //!
@@ -18,7 +20,7 @@
 //!
 //! # Memory the cores share, and what it costs
 //!
-//! The ledger is four `u64` words on one 128-byte aligned block ([`CachePadded`]: two 64-byte
+//! The ledger is five `u64` words on one 128-byte aligned block ([`CachePadded`]: two 64-byte
 //! lines, so no other data, and no other replica's ledger, shares its line or the prefetched
 //! pair). Every word is written by every core that sends the replica a request:
 //!
@@ -28,10 +30,11 @@
 //! | `prompt_tokens` | prompt tokens in flight | admit and finish, only for tokenized requests (one `fetch_add` / `fetch_sub`) |
 //! | `prefill` | awaiting first byte and queued prefill's drain time ([`PrefillQueue`]) | admit, first byte (one CAS loop each) |
 //! | `queued` | requests queued at the gateway | enqueue (CAS loop), dequeue (one `fetch_sub`) |
+//! | `unserved` | estimated prefill (µs) of the requests awaiting their first byte | admit, first byte (one `fetch_add` / `fetch_sub`) |
 //!
 //! So a request costs, on that one shared line: admit = one successful CAS on `load` + one CAS on
-//! `prefill` (+ one `fetch_add` on `prompt_tokens` when tokenized); head = one `fetch_sub`; first
-//! byte = one CAS; finish = one `fetch_sub` on `load` (+ one on `prompt_tokens`). The RMWs of one
+//! `prefill` + one `fetch_add` on `unserved` (+ one `fetch_add` on `prompt_tokens` when
+//! tokenized); head = one `fetch_sub`; first byte = one CAS + one `fetch_sub`; finish = one `fetch_sub` on `load` (+ one on `prompt_tokens`). The RMWs of one
 //! event hit the same line back to back, so each event moves the line to the acting core at most
 //! once (one cache-to-cache transfer, ~50–100 ns across cores, a few ns when it is already there).
 //! A CAS only retries when another core changed the same word in between. No operation waits for
@@ -58,6 +61,7 @@ struct Words {
     prompt_tokens: AtomicU64,
     prefill: PrefillQueue,
     queued: AtomicU64,
+    unserved: AtomicU64,
 }
 
 /// One replica's load as every core sees it (see the module docs). `Send + Sync`; share it by
@@ -81,6 +85,9 @@ pub struct LedgerReading {
     pub awaiting_first_byte: u64,
     /// Prefill still queued at the reading's time, in microseconds.
     pub queued_prefill_micros: u64,
+    /// The estimated prefill of the requests in flight still awaiting their first byte, summed,
+    /// in microseconds (unlike `queued_prefill_micros`, it does not drain with time).
+    pub unserved_prefill_micros: u64,
     /// Requests queued at the gateway waiting for a slot on this replica.
     pub queued: u32,
 }
@@ -205,6 +212,7 @@ impl ReplicaLedger {
             prompt_tokens: w.prompt_tokens.load(Ordering::Acquire),
             awaiting_first_byte: w.prefill.awaiting(),
             queued_prefill_micros: w.prefill.queued_micros(now_micros),
+            unserved_prefill_micros: w.unserved.load(Ordering::Acquire),
             queued: w.queued.load(Ordering::Acquire) as u32,
         }
     }
@@ -229,6 +237,7 @@ pub struct Admission<L: Deref<Target = ReplicaLedger>> {
     awaiting_head: bool,
     awaiting_first_byte: bool,
     admitted_at: u64,
+    prefill_micros: u64,
 }
 
 impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
@@ -240,12 +249,14 @@ impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
                 .fetch_add(u64::from(prompt_tokens), Ordering::AcqRel);
         }
         w.prefill.add(now_micros, prefill_micros);
+        w.unserved.fetch_add(prefill_micros, Ordering::AcqRel);
         Admission {
             ledger,
             prompt_tokens,
             awaiting_head: true,
             awaiting_first_byte: true,
             admitted_at: now_micros,
+            prefill_micros,
         }
     }
 
@@ -257,10 +268,13 @@ impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
     }
 
     /// The first response byte arrived at `now_micros`: the request leaves the replica's prefill
-    /// queue (which empties when it was the last one awaiting). Only the first call counts.
+    /// queue (which empties when it was the last one awaiting) and its unserved prefill. Only the
+    /// first call counts.
     pub fn first_byte(&mut self, now_micros: u64) {
         if std::mem::take(&mut self.awaiting_first_byte) {
-            self.ledger.words.prefill.first_byte(now_micros);
+            let w = &self.ledger.words;
+            w.prefill.first_byte(now_micros);
+            w.unserved.fetch_sub(self.prefill_micros, Ordering::AcqRel);
         }
     }
 
@@ -378,6 +392,13 @@ mod tests {
             (2, 2, 100, 2)
         );
         assert_eq!(r.queued_prefill_micros, 1_280);
+        assert_eq!(r.unserved_prefill_micros, 1_280);
+        // Long after the modelled drain, the unserved prefill is still all there.
+        let late = l.reading(1_000_000);
+        assert_eq!(
+            (late.queued_prefill_micros, late.unserved_prefill_micros),
+            (0, 1_280)
+        );
         a.head_received();
         a.head_received();
         assert_eq!(
@@ -388,10 +409,19 @@ mod tests {
         a.first_byte(1_100);
         a.first_byte(1_100);
         assert_eq!(l.reading(1_100).awaiting_first_byte, 1);
+        assert_eq!(
+            l.reading(1_100).unserved_prefill_micros,
+            640,
+            "only the first call counts"
+        );
         drop(b);
         let r = l.reading(1_200);
         assert_eq!((r.in_flight, r.awaiting_head, r.prompt_tokens), (1, 0, 100));
         assert_eq!((r.awaiting_first_byte, r.queued_prefill_micros), (0, 0));
+        assert_eq!(
+            r.unserved_prefill_micros, 0,
+            "a finish without a first byte gives it back"
+        );
         drop(a);
         assert_eq!(l.reading(1_200), LedgerReading::default());
     }

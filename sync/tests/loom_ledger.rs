@@ -18,6 +18,8 @@ fn request(ledger: &ReplicaLedger, holders: &AtomicU32, cap: u32, tokens: u32) -
     assert!(ledger.in_flight() <= cap);
     let r = ledger.reading(0);
     assert!(r.awaiting_head <= r.in_flight);
+    // Its own unserved prefill is counted until its first byte, whatever the others do.
+    assert!(r.unserved_prefill_micros >= 64);
     a.head_received();
     a.first_byte(0);
     holders.fetch_sub(1, Ordering::SeqCst);

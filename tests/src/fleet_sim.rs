@@ -700,7 +700,7 @@ impl FleetSim {
                     in_flight: reading.in_flight,
                     pending: reading.awaiting_head,
                     prompt_tokens: reading.prompt_tokens,
-                    queued_prefill_secs: reading.queued_prefill_micros as f64 / 1e6,
+                    queued_prefill_secs: reading.unserved_prefill_micros as f64 / 1e6,
                 };
                 // Read at this very instant of virtual time: age 0, always fresh, with the
                 // gateway's own in flight at that instant (one gateway: nobody else's).

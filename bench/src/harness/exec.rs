@@ -258,6 +258,7 @@ pub fn run_one(spec: &RunSpec, opts: &ExecOptions) -> Result<RunDone, HarnessErr
         tokenizer: spec.tokenizer.clone(),
         cost_model,
         bounded_load_floor: spec.bounded_load_floor,
+        routing: spec.routing.clone(),
         work_dir: work_dir.clone(),
         peers: opts.peers.clone(),
     })?;

@@ -108,6 +108,8 @@ pub struct FleetConfig {
     pub cost_model: Option<CostModelParams>,
     /// The gateway's `routing.bounded_load_floor`; `None` leaves the config default.
     pub bounded_load_floor: Option<u64>,
+    /// Further `routing:` settings, each written as `key: value` (JSON values are YAML).
+    pub routing: BTreeMap<String, serde_json::Value>,
     /// Where the processes' logs and the gateway config go.
     pub work_dir: PathBuf,
     /// Where peers are installed (used only when `policy` names one).
@@ -361,10 +363,15 @@ pub fn gateway_yaml(cfg: &FleetConfig, port: u16, admin: u16, sims: &[u16]) -> S
         .bounded_load_floor
         .map(|f| format!("  bounded_load_floor: {f}\n"))
         .unwrap_or_default();
+    let extra: String = cfg
+        .routing
+        .iter()
+        .map(|(k, v)| format!("  {k}: {v}\n"))
+        .collect();
     let tokenizer = serde_json::Value::from(cfg.tokenizer.as_deref().unwrap_or("builtin:sim"));
     let mut y = format!(
         "server:\n  listen: 127.0.0.1:{port}\n  admin_listen: 127.0.0.1:{admin}\n  cores: 1\n  \
-         request_timeout: 120s\nrouting:\n  seed: 42\n{floor}{cost_model}models:\n  - name: {MODEL}\n    \
+         request_timeout: 120s\nrouting:\n  seed: 42\n{floor}{extra}{cost_model}models:\n  - name: {MODEL}\n    \
          policy: {}\n    tokenizer: {tokenizer}\n    block_size: {BLOCK_SIZE}\nreplicas:\n",
         cfg.policy
     );

@@ -1,7 +1,7 @@
 //! Run specs: what one run is, how a sweep file expands into runs, and the spec hash that
 //! decides whether a stored result still answers its spec.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -67,7 +67,16 @@ pub struct RunSpec {
     /// Absent means 1 (real time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_scale: Option<f64>,
+    /// Further `routing:` settings of the gateway, key by key (`kappa`, `epsilon`, ...), written
+    /// into its config as given; the gateway's own checks judge them. Empty means none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub routing: BTreeMap<String, serde_json::Value>,
 }
+
+/// `routing` keys a spec sets through their own fields (or the harness always sets), so the
+/// `routing` table may not set them.
+const ROUTING_KEYS_OWNED: [&str; 4] =
+    ["seed", "cost_model", "bounded_load_floor", "default_policy"];
 
 impl RunSpec {
     /// The simulators' flags: `sim_args`, then `--time-scale S` when the spec is scaled.
@@ -158,6 +167,9 @@ pub struct Settings {
     pub bounded_load_floor: Option<u64>,
     /// The engines' time scale ([`RunSpec::time_scale`]).
     pub time_scale: Option<f64>,
+    /// Further gateway `routing:` settings ([`RunSpec::routing`]); a point's table is merged
+    /// key by key over the sweep's.
+    pub routing: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 impl Settings {
@@ -176,6 +188,14 @@ impl Settings {
             tokenizer: over.tokenizer.clone().or_else(|| self.tokenizer.clone()),
             bounded_load_floor: over.bounded_load_floor.or(self.bounded_load_floor),
             time_scale: over.time_scale.or(self.time_scale),
+            routing: match (&self.routing, &over.routing) {
+                (None, None) => None,
+                (base, over) => {
+                    let mut all = base.clone().unwrap_or_default();
+                    all.extend(over.clone().unwrap_or_default());
+                    Some(all)
+                }
+            },
         }
     }
 }
@@ -328,6 +348,27 @@ pub fn build_spec(
             return Err(bad(format!("time_scale {scale} must be a positive number")));
         }
     }
+    let routing = settings.routing.clone().unwrap_or_default();
+    if !routing.is_empty() {
+        if Peer::parse(policy).is_some() {
+            return Err(bad(format!(
+                "routing settings are the gateway's; {policy} does not read them \
+                 (give the point its own `policies`)"
+            )));
+        }
+        for (key, value) in &routing {
+            if ROUTING_KEYS_OWNED.contains(&key.as_str()) {
+                return Err(bad(format!(
+                    "routing.{key}: set by the harness or its own setting, not here"
+                )));
+            }
+            if !(value.is_number() || value.is_boolean() || value.is_string()) {
+                return Err(bad(format!(
+                    "routing.{key}: give a number, a boolean or a string (got {value})"
+                )));
+            }
+        }
+    }
     let sim_args = settings.sim_args.clone().unwrap_or_default();
     if sim_args.iter().any(|a| a == "--time-scale") {
         return Err(bad(
@@ -369,6 +410,7 @@ pub fn build_spec(
         tokenizer: settings.tokenizer.clone().filter(|t| t != "builtin:sim"),
         bounded_load_floor: settings.bounded_load_floor,
         time_scale: settings.time_scale.filter(|s| *s != 1.0),
+        routing,
     })
 }
 
