@@ -34,7 +34,8 @@
 //!
 //! So a request costs, on that one shared line: admit = one successful CAS on `load` + one CAS on
 //! `prefill` + one `fetch_add` on `unserved` (+ one `fetch_add` on `prompt_tokens` when
-//! tokenized); head = one `fetch_sub`; first byte = one CAS + one `fetch_sub`; finish = one `fetch_sub` on `load` (+ one on `prompt_tokens`). The RMWs of one
+//! tokenized); head = one `fetch_sub`; first byte = one CAS + one `fetch_sub`; finish = one
+//! `fetch_sub` on `load` (+ one on `prompt_tokens`). The RMWs of one
 //! event hit the same line back to back, so each event moves the line to the acting core at most
 //! once (one cache-to-cache transfer, ~50–100 ns across cores, a few ns when it is already there).
 //! A CAS only retries when another core changed the same word in between. No operation waits for
