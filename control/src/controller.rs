@@ -644,23 +644,21 @@ impl Controller {
     /// Replica `id`'s ledger as it reads now (every core's requests, whatever snapshot they
     /// were routed with), or an idle reading when the replica is not in the current snapshot.
     pub fn load_now(&self, id: &str) -> LedgerReading {
-        let now = self.observers.fleet_clock.micros(Instant::now());
         self.current
             .replicas
             .iter()
             .find(|r| r.spec.id == id)
-            .map(|r| r.spec.ledger.reading(now))
+            .map(|r| r.spec.ledger.reading())
             .unwrap_or_default()
     }
 
     /// Every current replica's `(in_flight, pending)` from its ledger, by id, for `/metrics`.
     pub fn gauges(&self) -> ReplicaGauges {
-        let now = self.observers.fleet_clock.micros(Instant::now());
         self.current
             .replicas
             .iter()
             .map(|r| {
-                let reading = r.spec.ledger.reading(now);
+                let reading = r.spec.ledger.reading();
                 let load = (
                     i64::from(reading.in_flight),
                     i64::from(reading.awaiting_head),

@@ -161,16 +161,14 @@ fn same_task(a: &Waker, b: &Waker) -> bool {
 pub struct ReplicaSlot {
     replica: Rc<ReplicaState>,
     admission: Admission<SharedLedger>,
-    clock: FleetClock,
 }
 
 impl ReplicaSlot {
-    /// The first byte of the response body arrived: the request leaves the replica's prefill
-    /// queue (which empties when it was the last one waiting).
-    pub fn first_byte(&mut self, now: std::time::Instant) {
-        if self.admission.awaiting_first_byte() {
-            self.admission.first_byte(self.clock.micros(now));
-        }
+    /// The first byte of the response body arrived: the request's prefill leaves the replica's
+    /// unserved prefill (which empties when it was the last one waiting). Only the first call
+    /// counts.
+    pub fn first_byte(&mut self) {
+        self.admission.first_byte();
     }
 
     /// The response head arrived: the request no longer waits for it.
@@ -269,16 +267,14 @@ impl CoreView {
     }
 
     /// Admits the request on replica `index` in its ledger (in flight, waiting for a head,
-    /// `prompt_tokens` when the prompt was tokenized, `prefill_secs` queued at `now_micros` on
-    /// `clock`), if it is under its fleet-wide `max_concurrency` at this instant; `None` when it
+    /// `prompt_tokens` when the prompt was tokenized, `prefill_secs` of estimated prefill
+    /// unserved), if it is under its fleet-wide `max_concurrency` at this instant; `None` when it
     /// is full (another core took the last slot since the candidates were read) or unknown.
     pub fn acquire(
         &self,
         index: usize,
         prompt_tokens: u32,
         prefill_secs: f64,
-        clock: FleetClock,
-        now_micros: u64,
     ) -> Option<ReplicaSlot> {
         let replica = self.replicas.get(index)?.clone();
         let spec = &self.snap.replicas.get(index)?.spec;
@@ -286,14 +282,9 @@ impl CoreView {
             spec.ledger.clone(),
             spec.max_concurrency,
             prompt_tokens,
-            now_micros,
             secs_to_micros(prefill_secs),
         )?;
-        Some(ReplicaSlot {
-            replica,
-            admission,
-            clock,
-        })
+        Some(ReplicaSlot { replica, admission })
     }
 
     /// Takes a place in the gateway's queue of a full replica of `model` that is in rotation (the
@@ -710,9 +701,7 @@ replicas:
         // Every count comes from the replica's one ledger: the one request admitted here is in
         // flight, waiting for its head, and holds its prompt tokens and prefill.
         let view = build_view(0, snap, None);
-        let _slot = view
-            .acquire(0, 100, 0.25, FleetClock::start(), now_micros)
-            .unwrap();
+        let _slot = view.acquire(0, 100, 0.25).unwrap();
         let c = view.candidates(0, &[], now_micros);
         assert_eq!(c.len(), 2);
         assert_eq!((c[0].in_flight, c[0].pending), (1, 1));
@@ -830,7 +819,7 @@ mod explain_agreement {
                 .map(|(i, &(a, b, routable, fleet_load))| {
                     let s = spec(i as u64 + 1, &format!("r{i}"));
                     for _ in 0..fleet_load {
-                        let admitted = s.ledger.try_admit(100, a, 0, 10_000);
+                        let admitted = s.ledger.try_admit(100, a, 10_000);
                         std::mem::forget(admitted);
                     }
                     (reported(s, now_micros, f64::from(a + b)), live(routable))

@@ -18,7 +18,7 @@ pub fn candidate(
     max_age: Duration,
     fleet_now: u64,
 ) -> Candidate {
-    let reading = entry.spec.ledger.reading(fleet_now);
+    let reading = entry.spec.ledger.reading();
     let load = LoadReading {
         in_flight: reading.in_flight,
         pending: reading.awaiting_head,

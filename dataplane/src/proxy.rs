@@ -441,13 +441,7 @@ fn route(
     });
     let ticket = prediction.record(ctx, view, replica);
     let prompt_tokens = prediction.facts.as_ref().map_or(0, |f| f.tokens);
-    let acquired = view.acquire(
-        replica,
-        prompt_tokens,
-        prefill_secs,
-        ctx.fleet_clock,
-        fleet_now,
-    );
+    let acquired = view.acquire(replica, prompt_tokens, prefill_secs);
     let Some(slot) = acquired else {
         // Another core took the winner's last slot since the candidates were read.
         prediction.take_back(ctx, ticket);
@@ -590,7 +584,7 @@ async fn relay(
     // two waits (ttft, pooling, the exchange's events) shares it.
     let mut now = Instant::now();
     if body_started {
-        live.slot.first_byte(now);
+        live.slot.first_byte();
     }
     // The engine side, held until its body is complete.
     let mut engine = Some((live, up));
@@ -683,7 +677,7 @@ async fn relay(
                     }
                     Ok(n) => match relay.step(&buf[..n], &mut out) {
                         Ok((finished, used)) => {
-                            live.slot.first_byte(now);
+                            live.slot.first_byte();
                             done = finished;
                             reusable &= used == n;
                             ex.handle(Event::Received, now);

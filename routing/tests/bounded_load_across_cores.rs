@@ -72,7 +72,7 @@ fn bounded_load_holds_across_cores_within_the_stated_slack() {
                     // `others` (which may over-count, never under-count).
                     announced.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let admitted = replicas[d.winner]
-                        .try_admit(u32::MAX, 0, 0, 0)
+                        .try_admit(u32::MAX, 0, 0)
                         .expect("no cap: always admitted");
                     let now_held = i64::from(replicas[d.winner].in_flight());
                     let others =

@@ -7,10 +7,9 @@
 //!   the admitting caller passes, exactly, whatever the cores race;
 //! - **requests waiting for their response head** (a subset of those in flight);
 //! - **prompt tokens in flight** (the tokenized prompts of the requests in flight);
-//! - **queued prefill** and the requests awaiting their first response byte (a
+//! - **unserved prefill**: the requests awaiting their first response byte and their estimated
+//!   prefill, summed (what the engine has not yet delivered, however long it has had; a
 //!   [`PrefillQueue`]);
-//! - **unserved prefill**: the estimated prefill of the requests still awaiting their first
-//!   byte, summed (what the engine has not yet delivered, however long it has had);
 //! - **requests queued at the gateway** waiting for a free slot on this replica while it is full,
 //!   never above the `max_pending` the caller passes.
 //!
@@ -20,7 +19,7 @@
 //!
 //! # Memory the cores share, and what it costs
 //!
-//! The ledger is five `u64` words on one 128-byte aligned block ([`CachePadded`]: two 64-byte
+//! The ledger is four `u64` words on one 128-byte aligned block ([`CachePadded`]: two 64-byte
 //! lines, so no other data, and no other replica's ledger, shares its line or the prefetched
 //! pair). Every word is written by every core that sends the replica a request:
 //!
@@ -28,18 +27,17 @@
 //! |---|---|---|
 //! | `load` | in flight (low 32 bits), waiting for a head (high 32 bits) | admit (CAS loop), head, finish (one `fetch_sub` each) |
 //! | `prompt_tokens` | prompt tokens in flight | admit and finish, only for tokenized requests (one `fetch_add` / `fetch_sub`) |
-//! | `prefill` | awaiting first byte and queued prefill's drain time ([`PrefillQueue`]) | admit, first byte (one CAS loop each) |
+//! | `prefill` | awaiting first byte and their estimated prefill (µs), summed ([`PrefillQueue`]) | admit, first byte (one CAS loop each) |
 //! | `queued` | requests queued at the gateway | enqueue (CAS loop), dequeue (one `fetch_sub`) |
-//! | `unserved` | estimated prefill (µs) of the requests awaiting their first byte | admit, first byte (one `fetch_add` / `fetch_sub`) |
 //!
 //! So a request costs, on that one shared line: admit = one successful CAS on `load` + one CAS on
-//! `prefill` + one `fetch_add` on `unserved` (+ one `fetch_add` on `prompt_tokens` when
-//! tokenized); head = one `fetch_sub`; first byte = one CAS + one `fetch_sub`; finish = one
+//! `prefill` (+ one `fetch_add` on `prompt_tokens` when
+//! tokenized); head = one `fetch_sub`; first byte = one CAS; finish = one
 //! `fetch_sub` on `load` (+ one on `prompt_tokens`). The RMWs of one
 //! event hit the same line back to back, so each event moves the line to the acting core at most
 //! once (one cache-to-cache transfer, ~50–100 ns across cores, a few ns when it is already there).
 //! A CAS only retries when another core changed the same word in between. No operation waits for
-//! another thread, allocates or reads a clock: times are arguments (µs since the caller's epoch).
+//! another thread, allocates or reads a clock.
 //! Queue places cost nothing unless the replica is full.
 //!
 //! Each word is exact on its own; a [`LedgerReading`] reads each once, so its fields may be from
@@ -62,7 +60,6 @@ struct Words {
     prompt_tokens: AtomicU64,
     prefill: PrefillQueue,
     queued: AtomicU64,
-    unserved: AtomicU64,
 }
 
 /// One replica's load as every core sees it (see the module docs). `Send + Sync`; share it by
@@ -84,10 +81,8 @@ pub struct LedgerReading {
     /// Requests in flight still awaiting their first response byte (saturates at
     /// 2^20 - 1, [`PrefillQueue`]'s field).
     pub awaiting_first_byte: u64,
-    /// Prefill still queued at the reading's time, in microseconds.
-    pub queued_prefill_micros: u64,
     /// The estimated prefill of the requests in flight still awaiting their first byte, summed,
-    /// in microseconds (unlike `queued_prefill_micros`, it does not drain with time).
+    /// in microseconds (it does not drain with time: it is what the engine has not delivered).
     pub unserved_prefill_micros: u64,
     /// Requests queued at the gateway waiting for a slot on this replica.
     pub queued: u32,
@@ -101,7 +96,7 @@ impl ReplicaLedger {
 
     /// Admits one request if fewer than `max_concurrency` are in flight (0 admits none), counting
     /// it in flight, waiting for its head, awaiting its first byte with `prefill_micros` of
-    /// estimated prefill queued at `now_micros`, and holding `prompt_tokens`.
+    /// estimated prefill unserved, and holding `prompt_tokens`.
     ///
     /// Guarantee: the in-flight count never exceeds `max_concurrency`, exactly, whatever other
     /// threads do at the same time (a compare-and-swap on the in-flight word: a refused request
@@ -112,16 +107,9 @@ impl ReplicaLedger {
         &self,
         max_concurrency: u32,
         prompt_tokens: u32,
-        now_micros: u64,
         prefill_micros: u64,
     ) -> Option<Admission<&ReplicaLedger>> {
-        Self::try_admit_owned(
-            self,
-            max_concurrency,
-            prompt_tokens,
-            now_micros,
-            prefill_micros,
-        )
+        Self::try_admit_owned(self, max_concurrency, prompt_tokens, prefill_micros)
     }
 
     /// [`try_admit`](Self::try_admit) through any owner of the ledger (an `Arc`, or a handle of
@@ -130,18 +118,12 @@ impl ReplicaLedger {
         ledger: L,
         max_concurrency: u32,
         prompt_tokens: u32,
-        now_micros: u64,
         prefill_micros: u64,
     ) -> Option<Admission<L>> {
         if !ledger.take_slot(max_concurrency) {
             return None;
         }
-        Some(Admission::counted(
-            ledger,
-            prompt_tokens,
-            now_micros,
-            prefill_micros,
-        ))
+        Some(Admission::counted(ledger, prompt_tokens, prefill_micros))
     }
 
     /// The CAS loop on the `load` word: in flight + 1 and waiting for a head + 1, only while in
@@ -203,8 +185,8 @@ impl ReplicaLedger {
         self.words.queued.load(Ordering::Acquire) as u32
     }
 
-    /// Every counter, each read once, with queued prefill as of `now_micros`.
-    pub fn reading(&self, now_micros: u64) -> LedgerReading {
+    /// Every counter, each read once.
+    pub fn reading(&self) -> LedgerReading {
         let w = &self.words;
         let load = w.load.load(Ordering::Acquire);
         LedgerReading {
@@ -212,8 +194,7 @@ impl ReplicaLedger {
             awaiting_head: (load >> 32) as u32,
             prompt_tokens: w.prompt_tokens.load(Ordering::Acquire),
             awaiting_first_byte: w.prefill.awaiting(),
-            queued_prefill_micros: w.prefill.queued_micros(now_micros),
-            unserved_prefill_micros: w.unserved.load(Ordering::Acquire),
+            unserved_prefill_micros: w.prefill.queued_micros(),
             queued: w.queued.load(Ordering::Acquire) as u32,
         }
     }
@@ -237,26 +218,23 @@ pub struct Admission<L: Deref<Target = ReplicaLedger>> {
     prompt_tokens: u32,
     awaiting_head: bool,
     awaiting_first_byte: bool,
-    admitted_at: u64,
     prefill_micros: u64,
 }
 
 impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
     /// The rest of an admission once its slot is taken: prefill and prompt tokens.
-    fn counted(ledger: L, prompt_tokens: u32, now_micros: u64, prefill_micros: u64) -> Self {
+    fn counted(ledger: L, prompt_tokens: u32, prefill_micros: u64) -> Self {
         let w = &ledger.words;
         if prompt_tokens > 0 {
             w.prompt_tokens
                 .fetch_add(u64::from(prompt_tokens), Ordering::AcqRel);
         }
-        w.prefill.add(now_micros, prefill_micros);
-        w.unserved.fetch_add(prefill_micros, Ordering::AcqRel);
+        w.prefill.add(prefill_micros);
         Admission {
             ledger,
             prompt_tokens,
             awaiting_head: true,
             awaiting_first_byte: true,
-            admitted_at: now_micros,
             prefill_micros,
         }
     }
@@ -268,14 +246,11 @@ impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
         }
     }
 
-    /// The first response byte arrived at `now_micros`: the request leaves the replica's prefill
-    /// queue (which empties when it was the last one awaiting) and its unserved prefill. Only the
-    /// first call counts.
-    pub fn first_byte(&mut self, now_micros: u64) {
+    /// The first response byte arrived: the request's prefill leaves the replica's unserved
+    /// prefill (which empties when it was the last one awaiting). Only the first call counts.
+    pub fn first_byte(&mut self) {
         if std::mem::take(&mut self.awaiting_first_byte) {
-            let w = &self.ledger.words;
-            w.prefill.first_byte(now_micros);
-            w.unserved.fetch_sub(self.prefill_micros, Ordering::AcqRel);
+            self.ledger.words.prefill.first_byte(self.prefill_micros);
         }
     }
 
@@ -301,13 +276,11 @@ impl<L: Deref<Target = ReplicaLedger>> Admission<L> {
 }
 
 impl<L: Deref<Target = ReplicaLedger>> Drop for Admission<L> {
-    /// Finishes the request: ends a first-byte wait still open (as of the admission's own time,
-    /// which empties the queue exactly as a later time would, since an empty queue restarts from
-    /// the next admission's time), gives back the prompt tokens, then the slot and a head wait
-    /// still open in one `fetch_sub`.
+    /// Finishes the request: ends a first-byte wait still open (its prefill leaves the unserved
+    /// sum), gives back the prompt tokens, then the slot and a head wait still open in one
+    /// `fetch_sub`.
     fn drop(&mut self) {
-        let at = self.admitted_at;
-        self.first_byte(at);
+        self.first_byte();
         let w = &self.ledger.words;
         if self.prompt_tokens > 0 {
             w.prompt_tokens
@@ -339,7 +312,6 @@ impl<L: Deref<Target = ReplicaLedger>> QueueTicket<L> {
         self,
         max_concurrency: u32,
         prompt_tokens: u32,
-        now_micros: u64,
         prefill_micros: u64,
     ) -> Result<Admission<L>, QueueTicket<L>> {
         if !self.ledger.take_slot(max_concurrency) {
@@ -350,12 +322,7 @@ impl<L: Deref<Target = ReplicaLedger>> QueueTicket<L> {
         // SAFETY: `this` is never dropped or used again, so the ledger handle is moved out of it
         // exactly once (its queue place was given back just above, by hand, in place of `drop`).
         let ledger = unsafe { std::ptr::read(&this.ledger) };
-        Ok(Admission::counted(
-            ledger,
-            prompt_tokens,
-            now_micros,
-            prefill_micros,
-        ))
+        Ok(Admission::counted(ledger, prompt_tokens, prefill_micros))
     }
 
     /// The ledger this ticket is queued in.
@@ -379,10 +346,10 @@ mod tests {
     #[test]
     fn counts_each_fact_once_and_releases_on_drop() {
         let l = ReplicaLedger::new();
-        let mut a = l.try_admit(2, 100, 1_000, 640).expect("room");
-        let b = l.try_admit(2, 0, 1_000, 640).expect("room");
-        assert!(l.try_admit(2, 5, 1_000, 0).is_none(), "cap 2 is full");
-        let r = l.reading(1_000);
+        let mut a = l.try_admit(2, 100, 640).expect("room");
+        let b = l.try_admit(2, 0, 640).expect("room");
+        assert!(l.try_admit(2, 5, 0).is_none(), "cap 2 is full");
+        let r = l.reading();
         assert_eq!(
             (
                 r.in_flight,
@@ -392,63 +359,52 @@ mod tests {
             ),
             (2, 2, 100, 2)
         );
-        assert_eq!(r.queued_prefill_micros, 1_280);
         assert_eq!(r.unserved_prefill_micros, 1_280);
-        // Long after the modelled drain, the unserved prefill is still all there.
-        let late = l.reading(1_000_000);
-        assert_eq!(
-            (late.queued_prefill_micros, late.unserved_prefill_micros),
-            (0, 1_280)
-        );
         a.head_received();
         a.head_received();
+        assert_eq!(l.reading().awaiting_head, 1, "only the first call counts");
+        a.first_byte();
+        a.first_byte();
+        assert_eq!(l.reading().awaiting_first_byte, 1);
         assert_eq!(
-            l.reading(1_000).awaiting_head,
-            1,
-            "only the first call counts"
-        );
-        a.first_byte(1_100);
-        a.first_byte(1_100);
-        assert_eq!(l.reading(1_100).awaiting_first_byte, 1);
-        assert_eq!(
-            l.reading(1_100).unserved_prefill_micros,
+            l.reading().unserved_prefill_micros,
             640,
             "only the first call counts"
         );
         drop(b);
-        let r = l.reading(1_200);
+        let r = l.reading();
         assert_eq!((r.in_flight, r.awaiting_head, r.prompt_tokens), (1, 0, 100));
-        assert_eq!((r.awaiting_first_byte, r.queued_prefill_micros), (0, 0));
+        assert_eq!(r.awaiting_first_byte, 0);
         assert_eq!(
             r.unserved_prefill_micros, 0,
             "a finish without a first byte gives it back"
         );
         drop(a);
-        assert_eq!(l.reading(1_200), LedgerReading::default());
+        assert_eq!(l.reading(), LedgerReading::default());
     }
 
     #[test]
     fn zero_caps_refuse_at_once() {
         let l = ReplicaLedger::new();
-        assert!(l.try_admit(0, 0, 0, 0).is_none());
+        assert!(l.try_admit(0, 0, 0).is_none());
         assert!(l.try_enqueue(0).is_none());
-        assert_eq!(l.reading(0), LedgerReading::default());
+        assert_eq!(l.reading(), LedgerReading::default());
     }
 
     #[test]
     fn a_ticket_becomes_an_admission_or_stays_queued() {
         let l = Arc::new(ReplicaLedger::new());
-        let held = ReplicaLedger::try_admit_owned(l.clone(), 1, 0, 0, 0).expect("idle");
+        let held = ReplicaLedger::try_admit_owned(l.clone(), 1, 0, 0).expect("idle");
         let t = ReplicaLedger::try_enqueue_owned(l.clone(), 1).expect("queue has room");
         assert!(l.try_enqueue(1).is_none(), "max_pending 1 is full");
-        let t = t.try_admit(1, 7, 0, 0).expect_err("replica still full");
+        let t = t.try_admit(1, 7, 0).expect_err("replica still full");
         assert_eq!(l.queued(), 1);
         drop(held);
-        let a = t.try_admit(1, 7, 0, 0).expect("a slot freed");
-        let r = l.reading(0);
+        let a = t.try_admit(1, 7, 0).expect("a slot freed");
+        let r = l.reading();
         assert_eq!((r.queued, r.in_flight, r.prompt_tokens), (0, 1, 7));
         drop(a);
-        assert_eq!(l.reading(0), LedgerReading::default());
+        assert_eq!(l.reading(), LedgerReading::default());
         assert_eq!(Arc::strong_count(&l), 1, "every handle given back");
     }
 

@@ -30,7 +30,7 @@ fn many_threads_never_exceed_the_cap() {
                 );
                 thread::spawn(move || {
                     for i in 0..5_000u64 {
-                        let Some(mut a) = ledger.try_admit(cap, (t as u32) + 1, i, 64) else {
+                        let Some(mut a) = ledger.try_admit(cap, (t as u32) + 1, 64) else {
                             std::hint::spin_loop();
                             continue;
                         };
@@ -42,7 +42,7 @@ fn many_threads_never_exceed_the_cap() {
                             a.head_received();
                         }
                         if i % 3 == 0 {
-                            a.first_byte(i);
+                            a.first_byte();
                         }
                         for _ in 0..(i % 7) {
                             std::hint::spin_loop();
@@ -59,7 +59,7 @@ fn many_threads_never_exceed_the_cap() {
         let most = most.load(Ordering::SeqCst);
         assert!(most <= cap, "cap {cap}: {most} admitted at once");
         assert!(admitted.load(Ordering::Relaxed) > 0);
-        assert_eq!(ledger.reading(u64::MAX / 2), LedgerReading::default());
+        assert_eq!(ledger.reading(), LedgerReading::default());
     }
 }
 
@@ -78,7 +78,7 @@ fn racing_threads_fill_the_cap_exactly() {
                     let mut per_round = Vec::new();
                     for _ in 0..300 {
                         barrier.wait();
-                        let got = ledger.try_admit(cap, 1, 0, 0);
+                        let got = ledger.try_admit(cap, 1, 0);
                         if got.is_some() {
                             wins.fetch_add(1, Ordering::SeqCst);
                         }
@@ -101,7 +101,7 @@ fn racing_threads_fill_the_cap_exactly() {
                 "cap {cap}: {rounds:?}"
             );
         }
-        assert_eq!(ledger.reading(0), LedgerReading::default());
+        assert_eq!(ledger.reading(), LedgerReading::default());
     }
 }
 
@@ -137,13 +137,13 @@ fn many_threads_never_overfill_the_queue() {
 #[test]
 fn sequential_admits_on_an_idle_ledger_always_succeed() {
     let ledger = ReplicaLedger::new();
-    for i in 0..10_000u64 {
-        let mut a = ledger.try_admit(1, 3, i, 10).expect("idle replica admits");
+    for _ in 0..10_000u64 {
+        let mut a = ledger.try_admit(1, 3, 10).expect("idle replica admits");
         a.head_received();
-        a.first_byte(i);
-        assert!(ledger.try_admit(1, 0, i, 0).is_none(), "cap 1 holds one");
+        a.first_byte();
+        assert!(ledger.try_admit(1, 0, 0).is_none(), "cap 1 holds one");
     }
-    assert_eq!(ledger.reading(0), LedgerReading::default());
+    assert_eq!(ledger.reading(), LedgerReading::default());
 }
 
 /// One operation of a single thread on a ledger.
@@ -210,7 +210,6 @@ impl Model {
             awaiting_head: self.live.iter().filter(|l| l.1).count() as u32,
             prompt_tokens: self.live.iter().map(|l| u64::from(l.0)).sum(),
             awaiting_first_byte: self.live.iter().filter(|l| l.2).count() as u64,
-            queued_prefill_micros: 0,
             unserved_prefill_micros: self
                 .live
                 .iter()
@@ -237,7 +236,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Admit { cap, tokens } => {
-                    let got = ledger.try_admit(cap, tokens, 0, u64::from(tokens) * PREFILL_PER_TOKEN);
+                    let got = ledger.try_admit(cap, tokens, u64::from(tokens) * PREFILL_PER_TOKEN);
                     prop_assert_eq!(got.is_some(), model.admit(cap, tokens));
                     live.extend(got);
                 }
@@ -248,7 +247,7 @@ proptest! {
                 }
                 Op::FirstByte(i) if !live.is_empty() => {
                     let i = i % live.len();
-                    live[i].first_byte(0);
+                    live[i].first_byte();
                     model.live[i].2 = false;
                 }
                 Op::Finish(i) if !live.is_empty() => {
@@ -271,7 +270,7 @@ proptest! {
                 Op::Promote { ticket, cap, tokens } if !tickets.is_empty() => {
                     let t = tickets.remove(ticket % tickets.len());
                     let admitted = model.admit(cap, tokens);
-                    match t.try_admit(cap, tokens, 0, u64::from(tokens) * PREFILL_PER_TOKEN) {
+                    match t.try_admit(cap, tokens, u64::from(tokens) * PREFILL_PER_TOKEN) {
                         Ok(a) => {
                             prop_assert!(admitted);
                             model.queued -= 1;
@@ -285,13 +284,10 @@ proptest! {
                 }
                 _ => {}
             }
-            // The drain time is the prefill queue's own (tested with it); every other field
-            // is the model's.
-            let reading = LedgerReading { queued_prefill_micros: 0, ..ledger.reading(0) };
-            prop_assert_eq!(reading, model.reading());
+            prop_assert_eq!(ledger.reading(), model.reading());
         }
         drop(live);
         drop(tickets);
-        prop_assert_eq!(ledger.reading(0), LedgerReading::default());
+        prop_assert_eq!(ledger.reading(), LedgerReading::default());
     }
 }

@@ -8,30 +8,26 @@ use loom::thread;
 
 /// Two cores route one request each while a third request (routed before) gets its first byte:
 /// whatever the interleaving, both new requests are counted and their prefill is not lost to the
-/// "last one answered, queue empty" reset.
+/// "last one answered, queue empty" reset, and the answered one's prefill leaves exactly.
 #[test]
 fn concurrent_routes_and_first_bytes_lose_nothing() {
     loom::model(|| {
         let q = Arc::new(PrefillQueue::new());
-        q.add(0, 64_000);
+        q.add(64_000);
         let a = {
             let q = q.clone();
-            thread::spawn(move || q.add(0, 128_000))
+            thread::spawn(move || q.add(128_000))
         };
         let b = {
             let q = q.clone();
-            thread::spawn(move || q.first_byte(0))
+            thread::spawn(move || q.first_byte(64_000))
         };
-        q.add(0, 64_000);
+        q.add(64_000);
         a.join().unwrap();
         b.join().unwrap();
         assert_eq!(q.awaiting(), 2);
-        // At least the two live requests' prefill is queued (the answered one may be gone).
-        assert!(
-            q.queued_micros(0) >= 128_000 + 64_000,
-            "{}",
-            q.queued_micros(0)
-        );
+        // Exactly the two live requests' prefill is unserved (the answered one is gone).
+        assert_eq!(q.queued_micros(), 128_000 + 64_000);
     });
 }
 
@@ -40,16 +36,16 @@ fn concurrent_routes_and_first_bytes_lose_nothing() {
 fn the_last_first_byte_always_empties_the_queue() {
     loom::model(|| {
         let q = Arc::new(PrefillQueue::new());
-        q.add(0, 64_000);
-        q.add(0, 64_000);
+        q.add(64_000);
+        q.add(64_000);
         let a = {
             let q = q.clone();
-            thread::spawn(move || q.first_byte(0))
+            thread::spawn(move || q.first_byte(64_000))
         };
-        q.first_byte(0);
+        q.first_byte(64_000);
         a.join().unwrap();
         assert_eq!(q.awaiting(), 0);
-        assert_eq!(q.queued_micros(0), 0);
+        assert_eq!(q.queued_micros(), 0);
     });
 }
 

@@ -10,18 +10,18 @@ use loom::thread;
 /// One core's request: admit against `cap`; while admitted, check the independent count of
 /// holders and the ledger's own count never pass the cap; get the head and the first byte; finish.
 fn request(ledger: &ReplicaLedger, holders: &AtomicU32, cap: u32, tokens: u32) -> bool {
-    let Some(mut a) = ledger.try_admit(cap, tokens, 0, 64) else {
+    let Some(mut a) = ledger.try_admit(cap, tokens, 64) else {
         return false;
     };
     let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
     assert!(now <= cap, "{now} admitted against cap {cap}");
     assert!(ledger.in_flight() <= cap);
-    let r = ledger.reading(0);
+    let r = ledger.reading();
     assert!(r.awaiting_head <= r.in_flight);
     // Its own unserved prefill is counted until its first byte, whatever the others do.
     assert!(r.unserved_prefill_micros >= 64);
     a.head_received();
-    a.first_byte(0);
+    a.first_byte();
     holders.fetch_sub(1, Ordering::SeqCst);
     true
 }
@@ -40,7 +40,7 @@ fn two_threads_against_cap_one() {
         let mine = request(&ledger, &holders, 1, 7);
         let theirs = other.join().unwrap();
         assert!(mine || theirs, "an idle replica refused both");
-        assert_eq!(ledger.reading(0), LedgerReading::default());
+        assert_eq!(ledger.reading(), LedgerReading::default());
     });
 }
 
@@ -64,7 +64,7 @@ fn three_threads_against_cap_two() {
             served += u32::from(t.join().unwrap());
         }
         assert!(served >= 2, "only {served} served against cap 2");
-        assert_eq!(ledger.reading(0), LedgerReading::default());
+        assert_eq!(ledger.reading(), LedgerReading::default());
     });
 }
 
@@ -80,18 +80,18 @@ fn a_promoted_ticket_races_a_fresh_admit() {
             thread::spawn(move || {
                 let queued = ledger.try_enqueue(1);
                 assert!(ledger.queued() <= 1);
-                let admitted = ledger.try_admit(1, 3, 0, 0);
+                let admitted = ledger.try_admit(1, 3, 0);
                 assert!(ledger.in_flight() <= 1);
                 (queued.is_some(), admitted.is_some())
             })
         };
-        let result = ticket.try_admit(1, 4, 0, 0);
+        let result = ticket.try_admit(1, 4, 0);
         assert!(ledger.in_flight() <= 1);
         assert!(ledger.queued() <= 1);
         let promoted = result.is_ok();
         drop(result);
         let (_, admitted) = other.join().unwrap();
         assert!(promoted || admitted, "one of the two gets the idle slot");
-        assert_eq!(ledger.reading(0), LedgerReading::default());
+        assert_eq!(ledger.reading(), LedgerReading::default());
     });
 }

@@ -695,7 +695,7 @@ impl FleetSim {
             .enumerate()
             .map(|(i, r)| {
                 let s = r.sched.stats();
-                let reading = r.ledger.reading(now_us);
+                let reading = r.ledger.reading();
                 let load = LoadReading {
                     in_flight: reading.in_flight,
                     pending: reading.awaiting_head,
@@ -757,7 +757,6 @@ impl FleetSim {
             r.ledger.clone(),
             u32::MAX,
             facts.tokens,
-            now_us,
             secs_to_micros(prefill),
         )
         .expect("the simulated fleet has no caps");
@@ -785,7 +784,6 @@ impl FleetSim {
     /// Delivers replica `i`'s step at its end (see the module docs, step 1).
     fn deliver(&mut self, i: usize, out: StepOutput) {
         let end = out.end;
-        let end_us = micros(end);
         let r = &mut self.replicas[i];
         for t in &out.tokens {
             if t.index == 0 {
@@ -793,7 +791,7 @@ impl FleetSim {
                 track.first_token = Some(end);
                 if let Some(a) = r.admitted.get_mut(&t.id) {
                     a.head_received();
-                    a.first_byte(end_us);
+                    a.first_byte();
                 }
             }
         }

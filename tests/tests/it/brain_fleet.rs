@@ -255,7 +255,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                         if !busy.is_empty() {
                             let i = busy[rng.range(0, busy.len() - 1)];
                             let mut a = admitted[i].remove(0);
-                            a.first_byte(now);
+                            a.first_byte();
                             drop(a);
                         }
                         continue;
@@ -283,7 +283,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                             cached_tokens: Some(
                                 facts.cached_tokens(shadows[i].matched_prefix(&facts.hashes)),
                             ),
-                            queued_prefill_secs: replicas[i].reading(now).queued_prefill_micros
+                            queued_prefill_secs: replicas[i].reading().unserved_prefill_micros
                                 as f64
                                 / 1e6,
                             ..Candidate::default()
@@ -312,7 +312,7 @@ fn bounded_load_holds_for_every_kv_aware_and_cost_model_decision() {
                     }
                     let prefill = brain::commit(&input, &candidates, &d);
                     let a = replicas[w]
-                        .try_admit(u32::MAX, 0, now, secs_to_micros(prefill))
+                        .try_admit(u32::MAX, 0, secs_to_micros(prefill))
                         .expect("no cap: always admitted");
                     admitted[w].push(a);
                     let partial = !facts.tokens.is_multiple_of(facts.block_size);
