@@ -27,11 +27,12 @@ from pathlib import Path
 
 PERCENTILES = [("p50", "p50"), ("p99", "p99"), ("p99.9", "p999")]
 # Every proxy leg perf/overhead knows, in table order.
-PROXIES = ["gateway", "gateway_cost", "nginx", "sglang", "sglang_cache", "vllm", "vllm_cache"]
+PROXIES = ["gateway", "gateway_cost", "gateway_cost_base", "nginx", "sglang", "sglang_cache", "vllm", "vllm_cache"]
 # What each leg is, for the table.
 DESCRIPTIONS = {
     "gateway": "inferrail, round_robin",
     "gateway_cost": "inferrail, cost_model + tokenizer",
+    "gateway_cost_base": "inferrail baseline build (GATEWAY_BASE), cost_model + tokenizer",
     "nginx": "nginx keep-alive proxy",
     "sglang": "SGLang router, round_robin",
     "sglang_cache": "SGLang router, cache_aware",
@@ -39,7 +40,12 @@ DESCRIPTIONS = {
     "vllm_cache": "vLLM router, cache_aware",
 }
 # Like-for-like pairs beyond "gateway / everything": routing that reads the prompt.
-LIKE_FOR_LIKE = [("gateway_cost", "sglang_cache"), ("gateway_cost", "vllm_cache")]
+LIKE_FOR_LIKE = [
+    ("gateway_cost", "sglang_cache"),
+    ("gateway_cost", "vllm_cache"),
+    ("gateway_cost", "gateway_cost_base"),
+    ("gateway_cost", "nginx"),
+]
 OLD_ENGINE = "nginx `return 200` (1 worker)"
 
 
@@ -307,7 +313,7 @@ def markdown(meta, results):
         if like:
             lines.append("")
             lines.append(
-                "Like for like (routing that reads the prompt): "
+                "Like for like (routing that reads the prompt; gateway_cost against its baseline build and nginx): "
                 + "; ".join(
                     f"{k.replace('/', ' ÷ ')}: p50 {fmt_ratio(v['added_p50'])}, p99 {fmt_ratio(v['added_p99'])}, "
                     f"CPU {fmt_ratio(v['cpu'])}"

@@ -137,7 +137,7 @@ rates = [1]
     );
     assert!(out.join("knee.md").is_file());
     // `report` reads the probes' files (and skips knee.json).
-    let built = inferrail_bench::report_md::build(&out).unwrap();
+    let built = inferrail_bench::report_md::build(&out, Default::default()).unwrap();
     drop(built);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,11 +4,17 @@
 
 use std::path::{Path, PathBuf};
 
+use inferrail_bench::report_md::matrix::GoodputRule;
 use inferrail_bench::report_md::verdicts::Outcome;
 use inferrail_bench::report_md::{
-    aggregate, build, load, parse_report_args, write_report, ReportArgs, ReportError,
+    aggregate, load, parse_report_args, write_report, Built, ReportArgs, ReportError,
 };
 use serde_json::Value;
+
+/// The report as perf/results/sweep-fair judged goodput (the default rule).
+fn build_per_second(dir: &Path) -> Result<Built, ReportError> {
+    inferrail_bench::report_md::build(dir, GoodputRule::PerSecond)
+}
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/report")
@@ -55,7 +61,7 @@ fn copy_fixtures(dir: &Path, edit: impl Fn(&str, &mut Value)) {
 }
 
 fn outcomes(dir: &Path) -> Vec<(String, Outcome)> {
-    build(dir).expect("report builds").verdicts
+    build_per_second(dir).expect("report builds").verdicts
 }
 
 #[test]
@@ -66,6 +72,7 @@ fn rebuilt_twice_is_byte_identical() {
         write_report(&ReportArgs {
             dir: fixtures(),
             out: Some(out.join("REPORT.md")),
+            goodput: GoodputRule::default(),
         })
         .expect("report written");
     }
@@ -92,14 +99,14 @@ fn rebuilt_twice_is_byte_identical() {
     // The same files written in another order, to another directory: the same bytes.
     let copy = scratch("twice-copy");
     copy_fixtures(&copy, |_, _| {});
-    let again = build(&copy).expect("copy builds");
-    assert_eq!(again, build(&fixtures()).expect("builds"));
+    let again = build_per_second(&copy).expect("copy builds");
+    assert_eq!(again, build_per_second(&fixtures()).expect("builds"));
     assert!(!text.contains("NaN") && !text.contains(" inf"), "{text}");
 }
 
 #[test]
 fn report_contents_on_fixtures() {
-    let built = build(&fixtures()).expect("builds");
+    let built = build_per_second(&fixtures()).expect("builds");
     let md = &built.markdown;
     for want in [
         "## Verdicts",
@@ -145,7 +152,7 @@ fn verdicts_fail_when_cost_model_is_worse() {
     for (target, outcome) in &v {
         assert_eq!(*outcome, Outcome::Fail, "{target}");
     }
-    let md = build(&dir).expect("builds").markdown;
+    let md = build_per_second(&dir).expect("builds").markdown;
     assert!(md.contains("| **FAIL** | at 6 req/s: 55% |"), "{md}");
     assert!(
         md.contains("cost_model 4.00 req/s vs least_request 3.79 req/s: +6%"),
@@ -174,7 +181,7 @@ fn verdicts_not_applicable_without_the_results() {
         ],
         "{v:?}"
     );
-    let md = build(&dir).expect("builds").markdown;
+    let md = build_per_second(&dir).expect("builds").markdown;
     assert!(
         md.contains("| N/A |"),
         "engine hit rate without counters: {md}"
@@ -202,7 +209,7 @@ fn repetitions_fold_into_median_with_range() {
     );
     assert_eq!(p.goodput.median, 1.5);
     assert_eq!(p.ttft_p50_s.min, p.ttft_p50_s.max, "identical reps");
-    let md = build(&dir).expect("builds").markdown;
+    let md = build_per_second(&dir).expect("builds").markdown;
     assert!(
         md.contains(
             "| round_robin | 3 | 0.10 | 2.00 (1.00–5.00) | n/a | 18.0 | 45.0 | n/a \
@@ -225,7 +232,7 @@ fn malformed_file_is_a_one_line_error_naming_it() {
         "{\"spec\": {\"workload\": \"w1\",",
     )
     .expect("w");
-    let e = build(&dir).expect_err("broken file");
+    let e = build_per_second(&dir).expect_err("broken file");
     assert!(matches!(e, ReportError::Parse { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
@@ -240,7 +247,9 @@ fn malformed_file_is_a_one_line_error_naming_it() {
         .expect("object")
         .remove("ttft_us");
     write(&dir, "no-ttft.json", &v);
-    let msg = build(&dir).expect_err("missing field").to_string();
+    let msg = build_per_second(&dir)
+        .expect_err("missing field")
+        .to_string();
     assert!(
         msg.contains("no-ttft.json") && msg.contains("ttft_us") && !msg.contains('\n'),
         "{msg}"
@@ -251,13 +260,13 @@ fn malformed_file_is_a_one_line_error_naming_it() {
 fn empty_directory_is_an_error() {
     let dir = scratch("empty");
     std::fs::write(dir.join("notes.txt"), "not a result").expect("w");
-    let e = build(&dir).expect_err("empty");
+    let e = build_per_second(&dir).expect_err("empty");
     assert!(matches!(e, ReportError::Empty { .. }), "{e:?}");
     assert!(
         e.to_string().starts_with("no *.json result files in "),
         "{e}"
     );
-    let missing = build(&dir.join("nope")).expect_err("missing dir");
+    let missing = build_per_second(&dir.join("nope")).expect_err("missing dir");
     assert!(
         matches!(missing, ReportError::ReadDir { .. }),
         "{missing:?}"
@@ -271,9 +280,14 @@ fn arguments_and_cli() {
         a,
         ReportArgs {
             dir: "d".into(),
-            out: Some("r.md".into())
+            out: Some("r.md".into()),
+            goodput: GoodputRule::PerSecond,
         }
     );
+    let share = parse_report_args(["d".into(), "--goodput".into(), "share".into()]).expect("args");
+    assert_eq!(share.goodput, GoodputRule::Share);
+    assert!(parse_report_args(["d".into(), "--goodput".into(), "rate".into()]).is_err());
+    assert!(parse_report_args(["d".into(), "--goodput".into()]).is_err());
     assert!(parse_report_args(Vec::<String>::new()).is_err());
     assert!(parse_report_args(["d".into(), "--bogus".into()]).is_err());
 
@@ -309,7 +323,7 @@ fn peers_are_named_by_their_front_and_engine_counts_give_the_busiest_share() {
             v["engines"]["busiest_share"] = serde_json::json!(0.9);
         }
     });
-    let md = build(&dir).expect("builds").markdown;
+    let md = build_per_second(&dir).expect("builds").markdown;
     assert!(
         md.contains("- peer:llm-d: `llm-d-router 9.9 --policy prefix`"),
         "{md}"
@@ -351,7 +365,7 @@ fn with_w1_r6_samples(name: &str, cm_p99_us: u64, peer_p99_us: u64) -> PathBuf {
 }
 
 fn peer_verdict(dir: &Path) -> (Outcome, String) {
-    let built = build(dir).expect("builds");
+    let built = build_per_second(dir).expect("builds");
     let (target, outcome) = built.verdicts.last().expect("verdicts").clone();
     assert!(target.starts_with("W1 against peer:llm-d"), "{target}");
     let line = built
@@ -403,7 +417,7 @@ fn samples_give_intervals_in_the_tables() {
     assert!(ci.lo < 0.5 && 0.5 <= ci.hi && ci.hi < 0.52, "{ci:?}");
     let tpot = cm.tpot_p99_ci_ms.expect("tpot interval");
     assert!(tpot.lo < 40.0 && 40.0 <= tpot.hi, "{tpot:?}");
-    let md = build(&dir).expect("builds").markdown;
+    let md = build_per_second(&dir).expect("builds").markdown;
     let row = |policy: &str| {
         md.lines()
             .find(|l| l.starts_with(&format!("| W1 | 6 | {policy} |")))
@@ -550,7 +564,7 @@ fn matrix_row(md: &str, other: &str) -> String {
 
 #[test]
 fn matrix_compares_cost_model_with_every_policy_at_every_point() {
-    let md = build(&with_w1_r6_samples("matrix-ahead", 500_000, 800_000))
+    let md = build_per_second(&with_w1_r6_samples("matrix-ahead", 500_000, 800_000))
         .expect("builds")
         .markdown;
     assert!(
@@ -580,7 +594,7 @@ fn matrix_compares_cost_model_with_every_policy_at_every_point() {
 
 #[test]
 fn matrix_calls_behind_only_when_the_intervals_separate() {
-    let md = build(&with_w1_r6_samples("matrix-tie", 810_000, 800_000))
+    let md = build_per_second(&with_w1_r6_samples("matrix-tie", 810_000, 800_000))
         .expect("builds")
         .markdown;
     let row = matrix_row(&md, "peer:llm-d");
@@ -588,7 +602,7 @@ fn matrix_calls_behind_only_when_the_intervals_separate() {
         row.contains("| tie |") && row.ends_with("| pass |"),
         "{row}"
     );
-    let md = build(&with_w1_r6_samples("matrix-behind", 832_000, 800_000))
+    let md = build_per_second(&with_w1_r6_samples("matrix-behind", 832_000, 800_000))
         .expect("builds")
         .markdown;
     let row = matrix_row(&md, "peer:llm-d");
@@ -596,4 +610,76 @@ fn matrix_calls_behind_only_when_the_intervals_separate() {
         row.contains("| behind |") && row.ends_with("| **fail** |"),
         "{row}"
     );
+}
+
+/// W1 at 6 req/s with samples (cost_model ahead on p99), cost_model's and the peer's goodput
+/// set to `cm` and `peer` (met of 360 sent, and req/s) in every repetition.
+fn with_w1_r6_goodput(name: &str, cm: (u64, f64), peer: (u64, f64)) -> PathBuf {
+    let dir = with_w1_r6_samples(name, 500_000, 800_000);
+    for entry in std::fs::read_dir(&dir).expect("scratch") {
+        let path = entry.expect("entry").path();
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let (met, per_s) = match &file {
+            f if f.starts_with("w1-r6-cost_model-") => cm,
+            f if f.starts_with("w1-r6-peer_llm-d-") => peer,
+            _ => continue,
+        };
+        let mut v: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+        assert_eq!(v["report"]["sent"], 360);
+        v["report"]["goodput"]["requests"] = Value::from(met);
+        v["report"]["goodput"]["fraction"] = Value::from(met as f64 / 360.0);
+        v["report"]["goodput"]["requests_per_s"] = Value::from(per_s);
+        std::fs::write(&path, serde_json::to_vec(&v).expect("json")).expect("write");
+    }
+    dir
+}
+
+#[test]
+fn the_share_rule_judges_goodput_by_wilson_intervals_and_the_old_rule_still_reproduces() {
+    let share = |dir: &Path| {
+        inferrail_bench::report_md::build(dir, GoodputRule::Share)
+            .expect("builds")
+            .markdown
+    };
+    // A few requests apart at a share near 1, a little fewer per second: the old rule fails
+    // it, the share rule passes it (the two repetitions pool to 700 of 720 and 704 of 720).
+    let close = with_w1_r6_goodput("share-close", (350, 5.5), (352, 5.6));
+    let old = matrix_row(
+        &build_per_second(&close).expect("builds").markdown,
+        "peer:llm-d",
+    );
+    assert!(old.contains("| 5.50 / 5.60 (below) | **fail** |"), "{old}");
+    let md = share(&close);
+    assert!(md.contains("Wilson score interval"), "the rule is stated");
+    let row = matrix_row(&md, "peer:llm-d");
+    assert!(
+        row.contains("| 0.972 [0.957–0.982] / 0.978 [0.964–0.986] | pass |"),
+        "{row}"
+    );
+    // 300 of 360 against 358 of 360: the intervals separate, whatever the p99 says.
+    let far = with_w1_r6_goodput("share-far", (300, 5.9), (358, 5.6));
+    let row = matrix_row(&share(&far), "peer:llm-d");
+    assert!(
+        row.contains("| ahead |") && row.contains("(below) | **fail** |"),
+        "{row}"
+    );
+    // Files that do not say how many met the SLO cannot be judged by shares.
+    let row = matrix_row(&share(&fixtures_without_met_counts()), "peer:llm-d");
+    assert!(row.contains("n/a / n/a (undecided) | undecided |"), "{row}");
+}
+
+/// The fixtures with `goodput.requests` removed from every file (as a file that predates it).
+fn fixtures_without_met_counts() -> PathBuf {
+    let dir = scratch("share-no-counts");
+    copy_fixtures(&dir, |_, v| {
+        if let Some(g) = v["report"]["goodput"].as_object_mut() {
+            g.remove("requests");
+        }
+    });
+    dir
 }

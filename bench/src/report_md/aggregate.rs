@@ -76,6 +76,9 @@ pub struct PolicyPoint {
     pub tpot_p99_ci_ms: Option<Interval>,
     /// Goodput, req/s.
     pub goodput: Agg,
+    /// Measured requests that met the SLO and measured requests sent, summed over the
+    /// repetitions (`None` when a file does not say how many met it).
+    pub slo_met: Option<(u64, u64)>,
     /// Engine prefix-cache hit rate (`None` when no repetition had engine counters).
     pub engine_hit_rate: Option<Agg>,
     /// Usage prefix hit rate (`cached_tokens / prompt_tokens`).
@@ -199,6 +202,10 @@ fn fold(reps: &[&Loaded]) -> Option<PolicyPoint> {
         tpot_p99_ms: of(&|l| p99_us(l.file.tpot_samples(), l.file.report.tpot_us.p99) / 1e3)?,
         tpot_p99_ci_ms: p99_ci(reps, ResultFile::tpot_samples, 1e-3),
         goodput: of(&|l| l.file.report.goodput.requests_per_s)?,
+        slo_met: reps.iter().try_fold((0u64, 0u64), |(met, sent), l| {
+            let r = &l.file.report;
+            Some((met + r.goodput.requests?, sent + r.sent))
+        }),
         engine_hit_rate: Agg::of(&engine),
         usage_hit_rate: of(&|l| l.file.report.usage.prefix_hit_rate)?,
         busiest_share: of(&|l| l.file.busiest_share())?,

@@ -57,6 +57,9 @@ pub struct DistUs {
 pub struct GoodputPart {
     /// Requests within the SLO per second.
     pub requests_per_s: f64,
+    /// Measured requests within the SLO (absent in older files).
+    #[serde(default)]
+    pub requests: Option<u64>,
 }
 
 /// `RunReport.usage`, in part.

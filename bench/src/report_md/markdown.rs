@@ -169,7 +169,7 @@ fn peers_section(out: &mut String, t: &Table) {
     out.push('\n');
 }
 
-/// The whole report. `charts` are each workload's charts, in `t.workloads` order, referenced
+/// The whole report (the matrix's goodput judged by `goodput`). `charts` are each workload's charts, in `t.workloads` order, referenced
 /// as `{chart_dir}/{file}`.
 pub fn render(
     t: &Table,
@@ -177,6 +177,7 @@ pub fn render(
     verdicts: &[Verdict],
     charts: &[(String, Vec<Chart>)],
     chart_dir: &str,
+    goodput: super::matrix::GoodputRule,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -210,7 +211,7 @@ pub fn render(
         );
     }
     out.push('\n');
-    super::matrix::section(&mut out, &super::matrix::comparisons(t));
+    super::matrix::section(&mut out, &super::matrix::comparisons(t, goodput), goodput);
 
     out.push_str("## Headlines\n\n");
     for (w, rates) in &t.workloads {

@@ -1,6 +1,8 @@
 //! Every point against every front: `cost_model` compared with each other policy at each
-//! (workload, rate) where both have results, by the rule of perf/results/sweep-fair/README.md
-//! (p99 TTFT called only when the 95% intervals separate; goodput not below at all).
+//! (workload, rate) where both have results. p99 TTFT is called only when the 95% intervals
+//! separate; goodput by one of two registered rules ([`GoodputRule`]): perf/results/sweep-fair's
+//! (req/s, not below at all) or perf/results/sweep-fair2's (the share that met the SLO, below
+//! only when the 95% Wilson intervals separate).
 
 use std::fmt::Write as _;
 
@@ -8,13 +10,77 @@ use super::aggregate::{rate_of, PolicyPoint, Table};
 use super::bootstrap::{Interval, Separation};
 use super::num::{fixed, rate};
 use super::verdicts::CACHE_AWARE;
+use super::wilson::wilson95;
+
+/// How the matrix judges goodput; each is a rule registered before the sweep it judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GoodputRule {
+    /// perf/results/sweep-fair: goodput in req/s, **below** when cost_model's is below the
+    /// other's at all.
+    #[default]
+    PerSecond,
+    /// perf/results/sweep-fair2: the share of measured (sent) requests that met the SLO, with
+    /// its 95% Wilson score interval over the sent requests (repetitions pooled); **below** when
+    /// cost_model's interval lies wholly below the other's.
+    Share,
+}
+
+impl GoodputRule {
+    /// The rule named `word` on the command line (`per-second` or `share`).
+    pub fn parse(word: &str) -> Option<GoodputRule> {
+        match word {
+            "per-second" => Some(GoodputRule::PerSecond),
+            "share" => Some(GoodputRule::Share),
+            _ => None,
+        }
+    }
+
+    /// How the goodput half of the rule reads in the report.
+    fn words(self) -> &'static str {
+        match self {
+            GoodputRule::PerSecond => {
+                "Goodput (req/s): **below** when cost_model's is below the other's at all."
+            }
+            GoodputRule::Share => {
+                "Goodput: the share of measured (sent) requests that met the SLO, with its 95% \
+                 Wilson score interval; **below** when cost_model's interval lies wholly below \
+                 the other's (without counts on either side: undecided)."
+            }
+        }
+    }
+}
 
 /// The matrix rule in words, as the report states it.
-pub const MATRIX_RULE: &str = "At every workload and rate, cost_model against every other \
-policy with results there. p99 TTFT: **ahead** when cost_model's 95% interval lies wholly below \
-the other's, **behind** when wholly above, **tie** when they overlap (without an interval on \
-either side: not above, or undecided when above). Goodput: **below** when cost_model's is below \
-the other's at all. A comparison passes when it is neither behind nor below (undecided: N/A).";
+pub fn matrix_rule(goodput: GoodputRule) -> String {
+    format!(
+        "At every workload and rate, cost_model against every other policy with results \
+         there. p99 TTFT: **ahead** when cost_model's 95% interval lies wholly below the \
+         other's, **behind** when wholly above, **tie** when they overlap (without an interval \
+         on either side: not above, or undecided when above). {} A comparison passes when it \
+         is neither behind nor below (undecided: N/A).",
+        goodput.words()
+    )
+}
+
+/// A front's share of requests that met the SLO at one point, with its interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// Met / sent.
+    pub fraction: f64,
+    /// The 95% Wilson score interval.
+    pub interval: Interval,
+}
+
+impl Share {
+    /// The share of `met` out of `sent` (`None` when nothing was sent).
+    pub fn of((met, sent): (u64, u64)) -> Option<Share> {
+        let interval = wilson95(met, sent)?;
+        Some(Share {
+            fraction: met.min(sent) as f64 / sent as f64,
+            interval,
+        })
+    }
+}
 
 /// How cost_model's p99 TTFT compares with another policy's at one point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,11 +123,26 @@ pub fn standing(cm: (f64, Option<Interval>), other: (f64, Option<Interval>)) -> 
     }
 }
 
+/// Whether cost_model's goodput is below the other's under `rule` (`None`: cannot be judged).
+pub fn goodput_below(
+    rule: GoodputRule,
+    per_second: (f64, f64),
+    shares: (Option<Share>, Option<Share>),
+) -> Option<bool> {
+    match rule {
+        GoodputRule::PerSecond => Some(per_second.0 < per_second.1),
+        GoodputRule::Share => {
+            let (cm, other) = (shares.0?, shares.1?);
+            Some(cm.interval.separation(other.interval) == Separation::Below)
+        }
+    }
+}
+
 /// One comparison's outcome: `Some(true)` passes, `Some(false)` fails, `None` cannot be judged.
-pub fn passes(p99: P99Standing, cm_goodput: f64, other_goodput: f64) -> Option<bool> {
-    if p99 == P99Standing::Behind || cm_goodput < other_goodput {
+pub fn passes(p99: P99Standing, goodput_below: Option<bool>) -> Option<bool> {
+    if p99 == P99Standing::Behind || goodput_below == Some(true) {
         Some(false)
-    } else if p99 == P99Standing::Undecided {
+    } else if p99 == P99Standing::Undecided || goodput_below.is_none() {
         None
     } else {
         Some(true)
@@ -85,12 +166,18 @@ pub struct Comparison {
     pub standing: P99Standing,
     /// cost_model's goodput and the other's (req/s).
     pub goodput: (f64, f64),
+    /// cost_model's share of requests that met the SLO and the other's (`None`: a file does
+    /// not say how many met it).
+    pub shares: (Option<Share>, Option<Share>),
+    /// Whether cost_model's goodput is below the other's by the rule (`None`: undecided).
+    pub below: Option<bool>,
     /// The outcome (`None`: undecided).
     pub pass: Option<bool>,
 }
 
-/// Every comparison, in workload, rate, policy order; empty when cost_model has no results.
-pub fn comparisons(t: &Table) -> Vec<Comparison> {
+/// Every comparison, in workload, rate, policy order, goodput judged by `rule`; empty when
+/// cost_model has no results.
+pub fn comparisons(t: &Table, rule: GoodputRule) -> Vec<Comparison> {
     let p99 = |p: &PolicyPoint| (p.ttft_p99_s.median, p.ttft_p99_ci_s);
     let mut out = Vec::new();
     for (w, rates) in &t.workloads {
@@ -101,6 +188,11 @@ pub fn comparisons(t: &Table) -> Vec<Comparison> {
             for (name, other) in pols.iter().filter(|(n, _)| n.as_str() != CACHE_AWARE) {
                 let standing = standing(p99(cm), p99(other));
                 let goodput = (cm.goodput.median, other.goodput.median);
+                let shares = (
+                    cm.slo_met.and_then(Share::of),
+                    other.slo_met.and_then(Share::of),
+                );
+                let below = goodput_below(rule, goodput, shares);
                 out.push(Comparison {
                     workload: w.clone(),
                     rate: rate_of(*r),
@@ -109,7 +201,9 @@ pub fn comparisons(t: &Table) -> Vec<Comparison> {
                     other_p99: p99(other),
                     standing,
                     goodput,
-                    pass: passes(standing, goodput.0, goodput.1),
+                    shares,
+                    below,
+                    pass: passes(standing, below),
                 });
             }
         }
@@ -125,25 +219,45 @@ fn p99_cell((p99, ci): (f64, Option<Interval>)) -> String {
     format!("{} [{ci}]", fixed(p99, 3))
 }
 
+fn share_cell(share: Option<Share>) -> String {
+    share.map_or_else(
+        || "n/a".to_string(),
+        |s| {
+            format!(
+                "{} [{}–{}]",
+                fixed(s.fraction, 3),
+                fixed(s.interval.lo, 3),
+                fixed(s.interval.hi, 3)
+            )
+        },
+    )
+}
+
 /// The report's section: the rule, a count and the table; nothing when there is no comparison.
-pub fn section(out: &mut String, rows: &[Comparison]) {
+pub fn section(out: &mut String, rows: &[Comparison], rule: GoodputRule) {
     if rows.is_empty() {
         return;
     }
     let count = |want: Option<bool>| rows.iter().filter(|c| c.pass == want).count();
     let _ = writeln!(
         out,
-        "## cost_model against every policy at every point\n\n{MATRIX_RULE}\n\n\
+        "## cost_model against every policy at every point\n\n{}\n\n\
          {} comparisons: {} pass, {} fail, {} undecided.\n",
+        matrix_rule(rule),
         rows.len(),
         count(Some(true)),
         count(Some(false)),
         count(None)
     );
-    out.push_str(
+    let goodput_head = match rule {
+        GoodputRule::PerSecond => "goodput cost_model / it (req/s)",
+        GoodputRule::Share => "SLO met, cost_model / it (share [95% Wilson])",
+    };
+    let _ = writeln!(
+        out,
         "| workload | req/s | against | cost_model p99 TTFT (s) [95% CI] | its p99 TTFT (s) \
-         [95% CI] | p99 | goodput cost_model / it (req/s) | outcome |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         [95% CI] | p99 | {goodput_head} | outcome |\n\
+         |---|---|---|---|---|---|---|---|",
     );
     for c in rows {
         let outcome = match c.pass {
@@ -151,22 +265,26 @@ pub fn section(out: &mut String, rows: &[Comparison]) {
             Some(false) => "**fail**",
             None => "undecided",
         };
-        let below = if c.goodput.0 < c.goodput.1 {
-            " (below)"
-        } else {
-            ""
+        let below = match c.below {
+            Some(true) => " (below)",
+            Some(false) => "",
+            None => " (undecided)",
+        };
+        let goodput = match rule {
+            GoodputRule::PerSecond => format!("{:.2} / {:.2}", c.goodput.0, c.goodput.1),
+            GoodputRule::Share => {
+                format!("{} / {}", share_cell(c.shares.0), share_cell(c.shares.1))
+            }
         };
         let _ = writeln!(
             out,
-            "| {} | {} | vs {} | {} | {} | {} | {:.2} / {:.2}{below} | {outcome} |",
+            "| {} | {} | vs {} | {} | {} | {} | {goodput}{below} | {outcome} |",
             c.workload.to_uppercase(),
             rate(c.rate),
             c.other.replace('|', "\\|"),
             p99_cell(c.cm_p99),
             p99_cell(c.other_p99),
             c.standing.words(),
-            c.goodput.0,
-            c.goodput.1,
         );
     }
     out.push('\n');
@@ -207,13 +325,63 @@ mod tests {
         assert_eq!(standing((0.81, None), (0.8, None)), P99Standing::Undecided);
     }
 
+    fn below(rule: GoodputRule, per_s: (f64, f64), cm: (u64, u64), it: (u64, u64)) -> Option<bool> {
+        goodput_below(rule, per_s, (Share::of(cm), Share::of(it)))
+    }
+
     #[test]
     fn goodput_below_fails_whatever_the_p99() {
-        assert_eq!(passes(P99Standing::Ahead, 4.99, 5.0), Some(false));
-        assert_eq!(passes(P99Standing::Tie, 5.0, 5.0), Some(true));
-        assert_eq!(passes(P99Standing::Behind, 6.0, 5.0), Some(false));
-        assert_eq!(passes(P99Standing::Undecided, 5.0, 5.0), None);
-        assert_eq!(passes(P99Standing::Undecided, 4.0, 5.0), Some(false));
-        assert_eq!(passes(P99Standing::NotAbove, 5.0, 5.0), Some(true));
+        let per_s = |a, b| goodput_below(GoodputRule::PerSecond, (a, b), (None, None));
+        assert_eq!(passes(P99Standing::Ahead, per_s(4.99, 5.0)), Some(false));
+        assert_eq!(passes(P99Standing::Tie, per_s(5.0, 5.0)), Some(true));
+        assert_eq!(passes(P99Standing::Behind, per_s(6.0, 5.0)), Some(false));
+        assert_eq!(passes(P99Standing::Undecided, per_s(5.0, 5.0)), None);
+        assert_eq!(passes(P99Standing::Undecided, per_s(4.0, 5.0)), Some(false));
+        assert_eq!(passes(P99Standing::NotAbove, per_s(5.0, 5.0)), Some(true));
+        assert_eq!(passes(P99Standing::Tie, None), None, "goodput not judged");
+    }
+
+    #[test]
+    fn the_share_rule_calls_below_only_when_the_wilson_intervals_separate() {
+        let share = GoodputRule::Share;
+        // sweep-fair's 15 goodput-only failures: every request met the SLO on both sides, a
+        // few requests apart. The per-second rule fails them; the share rule does not.
+        assert_eq!(
+            below(
+                GoodputRule::PerSecond,
+                (24.4, 24.6),
+                (1029, 1029),
+                (1034, 1034)
+            ),
+            Some(true)
+        );
+        assert_eq!(
+            below(share, (24.4, 24.6), (1029, 1029), (1034, 1034)),
+            Some(false)
+        );
+        // 0.87 of 1,000 against 0.99 of 1,000: the intervals separate.
+        assert_eq!(
+            below(share, (0.0, 0.0), (870, 1000), (990, 1000)),
+            Some(true)
+        );
+        // 0.95 of 100 against 0.99 of 100: they overlap, no difference is called.
+        assert_eq!(below(share, (0.0, 0.0), (95, 100), (99, 100)), Some(false));
+        // Ahead is never below, whatever the req/s.
+        assert_eq!(
+            below(share, (1.0, 9.0), (990, 1000), (870, 1000)),
+            Some(false)
+        );
+        // No counts on one side (an older file) or nothing sent: undecided.
+        assert_eq!(
+            goodput_below(share, (1.0, 1.0), (None, Share::of((5, 5)))),
+            None
+        );
+        assert_eq!(below(share, (1.0, 1.0), (0, 0), (5, 5)), None);
+        assert_eq!(GoodputRule::parse("share"), Some(share));
+        assert_eq!(
+            GoodputRule::parse("per-second"),
+            Some(GoodputRule::PerSecond)
+        );
+        assert_eq!(GoodputRule::parse("fraction"), None);
     }
 }

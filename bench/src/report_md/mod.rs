@@ -4,7 +4,7 @@
 //!
 //! [`load`] reads the files, [`aggregate`] folds repetitions into medians (with [`bootstrap`]
 //! intervals on the p99s), [`verdicts`] judges the targets, [`matrix`] compares cost_model with
-//! every policy at every point, [`charts`] draws the SVGs and [`markdown`] writes the text.
+//! every policy at every point (goodput shares with [`wilson`] intervals), [`charts`] draws the SVGs and [`markdown`] writes the text.
 
 pub mod aggregate;
 pub mod bootstrap;
@@ -14,6 +14,7 @@ pub mod markdown;
 pub mod matrix;
 mod num;
 pub mod verdicts;
+pub mod wilson;
 
 use std::path::{Path, PathBuf};
 
@@ -21,10 +22,16 @@ use crate::args::{invalid, ArgsError};
 
 /// Usage of `inferrail-bench report`.
 pub const REPORT_USAGE: &str = "\
-usage: inferrail-bench report DIR [--out REPORT.md]
+usage: inferrail-bench report DIR [--out REPORT.md] [--goodput per-second|share]
 
 Reads every *.json result file directly in DIR and writes a Markdown report (default
 DIR/report.md) with SVG charts in charts/ next to it. The same files always give the same bytes.
+
+--goodput  how the matrix of cost_model against every policy judges goodput (the rule each
+           sweep registered before it ran): per-second (default; perf/results/sweep-fair):
+           below when cost_model's req/s is below at all; share (perf/results/sweep-fair2):
+           the share of sent requests that met the SLO, below when the 95% Wilson intervals
+           separate.
 ";
 
 /// Why a report could not be built.
@@ -85,12 +92,15 @@ pub struct ReportArgs {
     pub dir: PathBuf,
     /// Where the Markdown goes (`None`: `DIR/report.md`).
     pub out: Option<PathBuf>,
+    /// How the matrix judges goodput.
+    pub goodput: matrix::GoodputRule,
 }
 
-/// Parses `DIR [--out REPORT.md]` (the words after `report`).
+/// Parses `DIR [--out REPORT.md] [--goodput per-second|share]` (the words after `report`).
 pub fn parse_report_args(args: impl IntoIterator<Item = String>) -> Result<ReportArgs, ArgsError> {
     let mut dir = None;
     let mut out = None;
+    let mut goodput = matrix::GoodputRule::default();
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -101,6 +111,13 @@ pub fn parse_report_args(args: impl IntoIterator<Item = String>) -> Result<Repor
                     .ok_or_else(|| ArgsError::MissingValue(a.clone()))?;
                 out = Some(PathBuf::from(v));
             }
+            "--goodput" => {
+                let v = args
+                    .next()
+                    .ok_or_else(|| ArgsError::MissingValue(a.clone()))?;
+                goodput = matrix::GoodputRule::parse(&v)
+                    .ok_or_else(|| invalid("--goodput", "must be per-second or share"))?;
+            }
             s if s.starts_with('-') => return Err(ArgsError::UnknownFlag(a)),
             _ if dir.is_some() => return Err(invalid("DIR", "given twice")),
             _ => dir = Some(PathBuf::from(a)),
@@ -109,6 +126,7 @@ pub fn parse_report_args(args: impl IntoIterator<Item = String>) -> Result<Repor
     Ok(ReportArgs {
         dir: dir.ok_or(ArgsError::Required("DIR"))?,
         out,
+        goodput,
     })
 }
 
@@ -126,8 +144,9 @@ pub struct Built {
 /// The directory, relative to the Markdown file, the charts go into.
 pub const CHART_DIR: &str = "charts";
 
-/// Builds the report from the result files in `dir` (nothing is written).
-pub fn build(dir: &Path) -> Result<Built, ReportError> {
+/// Builds the report from the result files in `dir`, the matrix's goodput judged by `goodput`
+/// (nothing is written).
+pub fn build(dir: &Path, goodput: matrix::GoodputRule) -> Result<Built, ReportError> {
     let files = load::load_dir(dir)?;
     let table = aggregate::aggregate(&files);
     let verdicts = verdicts::verdicts(&table);
@@ -135,7 +154,14 @@ pub fn build(dir: &Path) -> Result<Built, ReportError> {
     for w in table.workloads.keys() {
         per_workload.push((w.clone(), charts::workload_charts(&table, w)?));
     }
-    let markdown = markdown::render(&table, files.len(), &verdicts, &per_workload, CHART_DIR);
+    let markdown = markdown::render(
+        &table,
+        files.len(),
+        &verdicts,
+        &per_workload,
+        CHART_DIR,
+        goodput,
+    );
     Ok(Built {
         markdown,
         charts: per_workload.into_iter().flat_map(|(_, c)| c).collect(),
@@ -149,7 +175,7 @@ pub fn build(dir: &Path) -> Result<Built, ReportError> {
 /// Builds the report from `args.dir` and writes it: the Markdown to `args.out` (default
 /// `DIR/report.md`), the charts to `charts/` beside it. Returns the Markdown's path.
 pub fn write_report(args: &ReportArgs) -> Result<PathBuf, ReportError> {
-    let built = build(&args.dir)?;
+    let built = build(&args.dir, args.goodput)?;
     let out = args
         .out
         .clone()
