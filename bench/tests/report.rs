@@ -683,3 +683,36 @@ fn fixtures_without_met_counts() -> PathBuf {
     });
     dir
 }
+
+#[test]
+fn sensitivity_runs_are_their_own_policy_never_a_repetition() {
+    let dir = scratch("sensitivity");
+    copy_fixtures(&dir, |name, v| {
+        if name == "w1-r6-cost_model-rep2.json" {
+            v["spec"]["cost_model_scale"] = Value::from(0.5);
+        }
+    });
+    let t = aggregate::aggregate(&load::load_dir(&dir).expect("loads"));
+    let plain = t.get("w1", 6000, "cost_model").expect("the unscaled run");
+    let half = t
+        .get("w1", 6000, "cost_model x0.5")
+        .expect("the sensitivity run");
+    assert_eq!(
+        (plain.reps.as_slice(), half.reps.as_slice()),
+        (&[1][..], &[2][..])
+    );
+    let md = build_per_second(&dir).expect("builds").markdown;
+    assert!(md.contains("| W1 | 6 | vs cost_model x0.5 | "), "{md}");
+    // A scale that is not a positive number is a one-line error naming the file.
+    let bad = scratch("sensitivity-bad");
+    copy_fixtures(&bad, |name, v| {
+        if name == "w1-r6-cost_model-rep2.json" {
+            v["spec"]["cost_model_scale"] = Value::from(0.0);
+        }
+    });
+    let e = load::load_dir(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("w1-r6-cost_model-rep2.json") && e.contains("cost_model_scale"),
+        "{e}"
+    );
+}

@@ -29,6 +29,9 @@ pub struct Spec {
     /// The simulators' extra flags (read only for a time scale given there).
     #[serde(default)]
     pub sim_args: Vec<String>,
+    /// The factor on every cost_model coefficient of a sensitivity run (absent: 1).
+    #[serde(default)]
+    pub cost_model_scale: Option<f64>,
 }
 
 impl Spec {
@@ -184,7 +187,9 @@ pub struct Loaded {
 
 /// Parses one result file's text; `path` only names it in the error. A time-scaled run is
 /// returned in model time: its rate and goodput times the scale, its latencies divided by it,
-/// so scaled and unscaled runs read alike.
+/// so scaled and unscaled runs read alike. A sensitivity run (a `cost_model_scale` other than
+/// 1) is returned under its own policy name, `cost_model x0.5`, so it is never folded with the
+/// unscaled runs as a repetition.
 pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
     let bad = |reason: String| ReportError::Parse {
         path: path.to_path_buf(),
@@ -200,6 +205,15 @@ pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
     }
     if scale != 1.0 {
         to_model_time(&mut file, scale);
+    }
+    match file.spec.cost_model_scale {
+        Some(k) if !(k.is_finite() && k > 0.0) => {
+            return Err(bad(format!(
+                "cost_model_scale {k} is not a positive number"
+            )));
+        }
+        Some(k) if k != 1.0 => file.spec.policy = format!("{} x{k}", file.spec.policy),
+        _ => {}
     }
     Ok(file)
 }
