@@ -188,8 +188,8 @@ pub struct Loaded {
 /// Parses one result file's text; `path` only names it in the error. A time-scaled run is
 /// returned in model time: its rate and goodput times the scale, its latencies divided by it,
 /// so scaled and unscaled runs read alike. A sensitivity run (a `cost_model_scale` other than
-/// 1) is returned under its own policy name, `cost_model x0.5`, so it is never folded with the
-/// unscaled runs as a repetition.
+/// one) is returned under its own policy name, `cost_model x0.5`, so it is never folded with
+/// the unscaled runs as a repetition.
 pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
     let bad = |reason: String| ReportError::Parse {
         path: path.to_path_buf(),
