@@ -189,19 +189,15 @@ impl ReplicaLedger {
     pub fn reading(&self) -> LedgerReading {
         let w = &self.words;
         let load = w.load.load(Ordering::Acquire);
+        let (awaiting_first_byte, unserved_prefill_micros) = w.prefill.read();
         LedgerReading {
             in_flight: (load & IN_FLIGHT_MASK) as u32,
             awaiting_head: (load >> 32) as u32,
             prompt_tokens: w.prompt_tokens.load(Ordering::Acquire),
-            awaiting_first_byte: w.prefill.awaiting(),
-            unserved_prefill_micros: w.prefill.queued_micros(),
+            awaiting_first_byte,
+            unserved_prefill_micros,
             queued: w.queued.load(Ordering::Acquire) as u32,
         }
-    }
-
-    /// The replica's prefill queue (read-only use: the ledger alone adds and removes requests).
-    pub fn prefill(&self) -> &PrefillQueue {
-        &self.words.prefill
     }
 }
 

@@ -97,8 +97,14 @@ impl PrefillQueue {
 
     /// Microseconds of estimated prefill of the requests still awaiting their first byte (0 when
     /// none awaits).
-    pub fn queued_micros(&self) -> u64 {
+    pub fn unserved_micros(&self) -> u64 {
         unpack(self.word.load(Ordering::Acquire)).1
+    }
+
+    /// Requests awaiting their first byte and their estimated prefill (µs), from one load, so
+    /// the two always agree (no request is in one and not the other).
+    pub fn read(&self) -> (u64, u64) {
+        unpack(self.word.load(Ordering::Acquire))
     }
 
     /// Requests awaiting their first byte.
@@ -114,15 +120,15 @@ mod tests {
     #[test]
     fn sums_what_awaits_and_resets_when_all_answered() {
         let q = PrefillQueue::new();
-        assert_eq!(q.queued_micros(), 0);
+        assert_eq!(q.unserved_micros(), 0);
         q.add(640_000);
         q.add(320_000);
-        assert_eq!(q.queued_micros(), 960_000);
+        assert_eq!(q.unserved_micros(), 960_000);
         assert_eq!(q.awaiting(), 2);
         q.first_byte(640_000);
-        assert_eq!(q.queued_micros(), 320_000, "the other one still awaits");
+        assert_eq!(q.unserved_micros(), 320_000, "the other one still awaits");
         q.first_byte(320_000);
-        assert_eq!(q.queued_micros(), 0, "every request answered: empty");
+        assert_eq!(q.unserved_micros(), 0, "every request answered: empty");
         assert_eq!(q.awaiting(), 0);
     }
 
@@ -130,14 +136,14 @@ mod tests {
     fn counts_never_underflow_and_saturation_heals_when_empty() {
         let q = PrefillQueue::new();
         q.first_byte(5);
-        assert_eq!((q.awaiting(), q.queued_micros()), (0, 0));
+        assert_eq!((q.awaiting(), q.unserved_micros()), (0, 0));
         q.add(u64::MAX);
         q.add(7);
-        assert_eq!(q.queued_micros(), SUM_MAX, "the sum saturates");
+        assert_eq!(q.unserved_micros(), SUM_MAX, "the sum saturates");
         q.first_byte(7);
         q.first_byte(u64::MAX);
-        assert_eq!((q.awaiting(), q.queued_micros()), (0, 0));
+        assert_eq!((q.awaiting(), q.unserved_micros()), (0, 0));
         q.add(9);
-        assert_eq!(q.queued_micros(), 9);
+        assert_eq!(q.unserved_micros(), 9);
     }
 }

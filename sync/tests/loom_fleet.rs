@@ -27,7 +27,7 @@ fn concurrent_routes_and_first_bytes_lose_nothing() {
         b.join().unwrap();
         assert_eq!(q.awaiting(), 2);
         // Exactly the two live requests' prefill is unserved (the answered one is gone).
-        assert_eq!(q.queued_micros(), 128_000 + 64_000);
+        assert_eq!(q.unserved_micros(), 128_000 + 64_000);
     });
 }
 
@@ -45,7 +45,7 @@ fn the_last_first_byte_always_empties_the_queue() {
         q.first_byte(64_000);
         a.join().unwrap();
         assert_eq!(q.awaiting(), 0);
-        assert_eq!(q.queued_micros(), 0);
+        assert_eq!(q.unserved_micros(), 0);
     });
 }
 
