@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use super::compare::{compare, parse_compare_args, summary_table, COMPARE_USAGE};
 use super::exec::{Outcome, RunResult};
 use super::knee::{knee, parse_knee_args, KNEE_USAGE};
+use super::signals::stop_fleets_on_signal;
 use super::sweep::{parse_sweep_args, sweep, SWEEP_USAGE};
 use super::HarnessError;
 use crate::args::ArgsError;
@@ -15,6 +16,7 @@ pub fn compare_main(args: impl Iterator<Item = String>) -> ExitCode {
         Ok(parsed) => parsed,
         Err(e) => return usage_error("compare", e, COMPARE_USAGE),
     };
+    watch_signals();
     eprintln!(
         "[harness] compare: {} runs into {}",
         parsed.specs.len(),
@@ -29,6 +31,7 @@ pub fn sweep_main(args: impl Iterator<Item = String>) -> ExitCode {
         Ok(parsed) => parsed,
         Err(e) => return usage_error("sweep", e, SWEEP_USAGE),
     };
+    watch_signals();
     eprintln!(
         "[harness] sweep {}: results in {} ({} at once)",
         parsed.file.display(),
@@ -45,6 +48,7 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
         Ok(parsed) => parsed,
         Err(e) => return usage_error("knee", e, KNEE_USAGE),
     };
+    watch_signals();
     eprintln!(
         "[knee] {} with {}: results in {}",
         parsed.workload,
@@ -64,6 +68,13 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
             eprintln!("inferrail-bench knee: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Fleets stop with the harness: without the watcher a `kill` would leave them running.
+fn watch_signals() {
+    if let Err(e) = stop_fleets_on_signal() {
+        eprintln!("[harness] cannot watch for SIGTERM/SIGINT/SIGHUP ({e}): stopping this command with a signal will leave its fleet running");
     }
 }
 

@@ -1,6 +1,7 @@
 //! A fleet: N fresh `inferrail-sim` engines and one front in front of them (an `inferrail serve`
 //! gateway, or a peer router: see [`super::peers`]), all on 127.0.0.1 ports found free by binding
-//! port 0, all killed when the fleet is dropped (also while a panic unwinds).
+//! port 0, all killed when the fleet is dropped (also while a panic unwinds) or when the harness
+//! is stopped by a signal.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -9,7 +10,8 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use inferrail_config::CostModelParams;
@@ -44,35 +46,103 @@ pub fn free_port() -> Result<u16, HarnessError> {
     )))
 }
 
-/// Child processes that are killed (and reaped) when this guard is dropped.
+/// Every child of every live [`ChildGuard`], by entry id, so that a signal can stop them all
+/// before the harness exits ([`kill_every_child`]); `stopping` is set once that has happened.
+struct Live {
+    children: BTreeMap<u64, (String, Child)>,
+    stopping: bool,
+}
+
+static LIVE: Mutex<Live> = Mutex::new(Live {
+    children: BTreeMap::new(),
+    stopping: false,
+});
+static NEXT_CHILD: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Live> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kill_and_reap(children: impl IntoIterator<Item = Child>) -> usize {
+    let mut children: Vec<Child> = children.into_iter().collect();
+    for child in &mut children {
+        let _ = child.kill();
+    }
+    for child in &mut children {
+        let _ = child.wait();
+    }
+    children.len()
+}
+
+/// Kills (SIGKILL) and reaps every child any guard holds, and from then on every child pushed
+/// to a guard; returns how many were running. What the harness does on SIGTERM, SIGINT or
+/// SIGHUP before it exits ([`super::signals`]).
+pub fn kill_every_child() -> usize {
+    let children = {
+        let mut live = live();
+        live.stopping = true;
+        std::mem::take(&mut live.children)
+    };
+    kill_and_reap(children.into_values().map(|(_, child)| child))
+}
+
+/// Child processes that are killed (and reaped) when this guard is dropped, or by
+/// [`kill_every_child`] when the harness is stopped by a signal.
 #[derive(Debug, Default)]
 pub struct ChildGuard {
-    children: Vec<(String, Child)>,
+    ids: Vec<u64>,
 }
 
 impl ChildGuard {
-    /// Takes ownership of a started child.
+    /// Takes ownership of a started child (killed at once if the harness is stopping).
     pub fn push(&mut self, name: String, child: Child) {
-        self.children.push((name, child));
+        let mut live = live();
+        if live.stopping {
+            drop(live);
+            kill_and_reap([child]);
+            return;
+        }
+        let id = NEXT_CHILD.fetch_add(1, Ordering::Relaxed);
+        live.children.insert(id, (name, child));
+        self.ids.push(id);
     }
 
     /// Process ids of the children.
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|(_, c)| c.id()).collect()
+        let live = live();
+        self.ids
+            .iter()
+            .filter_map(|id| live.children.get(id))
+            .map(|(_, c)| c.id())
+            .collect()
     }
 
-    /// Fails when the named child has exited.
+    /// Fails when the named child has exited (or was killed by a signal's stop).
     fn check_alive(&mut self, name: &str, log: &Path) -> Result<(), HarnessError> {
-        for (n, child) in &mut self.children {
-            if n == name {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(HarnessError::Exited {
-                        what: name.to_string(),
-                        status: status.to_string(),
-                        log: log.to_path_buf(),
-                    });
-                }
+        let mut live = live();
+        let mut found = false;
+        for id in &self.ids {
+            let Some((n, child)) = live.children.get_mut(id) else {
+                continue;
+            };
+            if n != name {
+                continue;
             }
+            found = true;
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(HarnessError::Exited {
+                    what: name.to_string(),
+                    status: status.to_string(),
+                    log: log.to_path_buf(),
+                });
+            }
+        }
+        if !found && live.stopping {
+            return Err(HarnessError::Exited {
+                what: name.to_string(),
+                status: "killed: the harness is stopping".into(),
+                log: log.to_path_buf(),
+            });
         }
         Ok(())
     }
@@ -80,12 +150,15 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-        }
-        for (_, child) in &mut self.children {
-            let _ = child.wait();
-        }
+        let mine: Vec<Child> = {
+            let mut live = live();
+            self.ids
+                .iter()
+                .filter_map(|id| live.children.remove(id))
+                .map(|(_, child)| child)
+                .collect()
+        };
+        kill_and_reap(mine);
     }
 }
 

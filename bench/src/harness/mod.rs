@@ -15,6 +15,7 @@ pub mod exec;
 pub mod fleet;
 pub mod knee;
 pub mod peers;
+pub mod signals;
 pub mod spec;
 pub mod sweep;
 
