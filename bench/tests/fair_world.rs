@@ -284,3 +284,59 @@ fn calibrated_runs_share_one_measured_fit_and_engines_and_gateway_tokenize_with_
         prompt_tokens(&plain)
     );
 }
+
+/// Issue 15: KV capacity is learned from the engines' metrics, not handed to the gateway. A
+/// fleet without `kv_capacity_blocks` (as perf/results/sweep-fair2 runs) reads each pool size
+/// from the simulators' `vllm:cache_config_info{num_gpu_blocks}`, and the index that prices
+/// eviction (`/admin/index`) holds that pool, less vLLM's null block.
+#[test]
+fn a_fleet_not_told_the_pool_size_learns_it_from_the_engines_metrics() {
+    use inferrail_bench::harness::fleet::{http_get, Fleet};
+    let dir = scratch("fair-world", "learned-pool");
+    let cfg = FleetConfig {
+        bin_dir: bin_dir(),
+        replicas: 2,
+        policy: "cost_model".into(),
+        kv_capacity_blocks: None,
+        sim_args: ["--zero-latency", "--num-gpu-blocks-override", "300"]
+            .into_iter()
+            .chain(["--max-model-len", "4096"])
+            .map(String::from)
+            .collect(),
+        tokenizer: None,
+        cost_model: None,
+        bounded_load_floor: None,
+        routing: Default::default(),
+        work_dir: dir.clone(),
+        peers: PeerPaths {
+            venv: dir.join("no-peers"),
+        },
+    };
+    let fleet = Fleet::start(&cfg).unwrap();
+    let admin = fleet.admin_port.expect("a gateway front has an admin port");
+    let yaml = std::fs::read_to_string(dir.join("gateway.yaml")).unwrap();
+    assert!(
+        !yaml.contains("kv_capacity_blocks"),
+        "told the pool size:\n{yaml}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, body) = http_get(admin, "/admin/index").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let capacities: Vec<u64> = v["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["capacity"].as_u64().unwrap_or(0))
+            .collect();
+        if capacities == [299, 299] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pool sizes not learned within 20 s: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
