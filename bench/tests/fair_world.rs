@@ -186,6 +186,45 @@ fn sweep_settings_for_the_fair_world_are_checked_and_leave_old_spec_hashes_alone
     assert!(bad.to_string().contains("routing.seed"), "{bad}");
     let bad = sweep(&with("routing = { hot_prefix = { blocks = 2 } }")).unwrap_err();
     assert!(bad.to_string().contains("routing.hot_prefix"), "{bad}");
+    // Factors on single coefficients: all-1 or empty leaves the hashes alone; a factor reaches
+    // the spec (only its non-1 entries) and its hash; a policy that does not price, a name that
+    // is not a coefficient, or a silly factor is refused by name.
+    let cm_only = base.replace("\"round_robin\", ", "");
+    let plain_cm = sweep(&cm_only).unwrap();
+    let with_cm =
+        |line: &str| cm_only.replace("[[points]]", &format!("[settings]\n{line}\n[[points]]"));
+    assert_eq!(
+        sweep(&with_cm("cost_model_factors = {}")).unwrap(),
+        plain_cm
+    );
+    assert_eq!(
+        sweep(&with_cm(
+            "cost_model_factors = { prefill_token_secs = 1.0 }"
+        ))
+        .unwrap(),
+        plain_cm
+    );
+    let factored = sweep(&with_cm(
+        "cost_model_factors = { prefill_token_secs = 0.5, prefill_fixed_secs = 1.0 }",
+    ))
+    .unwrap();
+    let factors = factored[0].cost_model_factors.as_ref().expect("kept");
+    assert_eq!(factors.len(), 1);
+    assert_eq!(factors["prefill_token_secs"], 0.5);
+    assert_ne!(spec_hash(&factored[0]), spec_hash(&plain_cm[0]));
+    let bad = sweep(&with("cost_model_factors = { prefill_token_secs = 2.0 }")).unwrap_err();
+    assert!(bad.to_string().contains("round_robin"), "{bad}");
+    let bad = sweep(&with_cm("cost_model_factors = { kappa = 2.0 }")).unwrap_err();
+    assert!(
+        bad.to_string().contains("cost_model_factors.kappa"),
+        "{bad}"
+    );
+    let bad = sweep(&with_cm("cost_model_factors = { prefill_pair_secs = 0.0 }")).unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("cost_model_factors.prefill_pair_secs 0"),
+        "{bad}"
+    );
 }
 
 #[test]
@@ -232,6 +271,22 @@ fn calibrated_runs_share_one_measured_fit_and_engines_and_gateway_tokenize_with_
             &settings(None, false, None),
             "t",
         ),
+        build_spec(
+            Some("token_half"),
+            "w1",
+            2.0,
+            "cost_model",
+            1,
+            &Settings {
+                cost_model_factors: Some(
+                    [("prefill_token_secs".to_string(), 0.5)]
+                        .into_iter()
+                        .collect(),
+                ),
+                ..settings(Some(tokenizer.display().to_string()), true, None)
+            },
+            "t",
+        ),
     ]
     .map(Result::unwrap);
     let calibrations = Calibrations::default();
@@ -246,7 +301,7 @@ fn calibrated_runs_share_one_measured_fit_and_engines_and_gateway_tokenize_with_
     };
     let outcome = execute(&specs, &opts).unwrap();
     assert!(outcome.failed.is_empty(), "{:?}", outcome.failed);
-    let [fit, doubled, plain] = [0, 1, 2].map(|i| outcome.ran[i].result.clone());
+    let [fit, doubled, plain, token_half] = [0, 1, 2, 3].map(|i| outcome.ran[i].result.clone());
     let measured = fit
         .gateway_cost_model
         .expect("a calibrated run records its cost model");
@@ -262,6 +317,13 @@ fn calibrated_runs_share_one_measured_fit_and_engines_and_gateway_tokenize_with_
         2.0 * measured.decode_interference_secs
     );
     assert_eq!(plain.gateway_cost_model, None);
+    // A factor on one coefficient changes that one only, on the same fit.
+    let half = token_half.gateway_cost_model.unwrap();
+    assert_eq!(half.prefill_token_secs, 0.5 * measured.prefill_token_secs);
+    assert_eq!(
+        (half.prefill_pair_secs, half.prefill_fixed_secs),
+        (measured.prefill_pair_secs, measured.prefill_fixed_secs)
+    );
     // Gateway and engines tokenize alike (the gateway's prompt-token header equals usage), and
     // with Qwen3, not builtin:sim: the same requests count differently. The workloads' words
     // are one token each in both vocabularies, so the counts stay close (within 5 %).

@@ -716,3 +716,31 @@ fn sensitivity_runs_are_their_own_policy_never_a_repetition() {
         "{e}"
     );
 }
+
+#[test]
+fn per_coefficient_sensitivity_runs_are_their_own_policy_too() {
+    let dir = scratch("sensitivity-factors");
+    copy_fixtures(&dir, |name, v| {
+        if name == "w1-r6-cost_model-rep2.json" {
+            v["spec"]["cost_model_factors"] = serde_json::json!({"prefill_token_secs": 2.0});
+        }
+    });
+    let t = aggregate::aggregate(&load::load_dir(&dir).expect("loads"));
+    assert!(t.get("w1", 6000, "cost_model").is_some());
+    let doubled = t
+        .get("w1", 6000, "cost_model prefill_token_secs x2")
+        .expect("the per-coefficient run");
+    assert_eq!(doubled.reps.as_slice(), &[2][..]);
+    let bad = scratch("sensitivity-factors-bad");
+    copy_fixtures(&bad, |name, v| {
+        if name == "w1-r6-cost_model-rep2.json" {
+            v["spec"]["cost_model_factors"] = serde_json::json!({"prefill_pair_secs": -1.0});
+        }
+    });
+    let e = load::load_dir(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("w1-r6-cost_model-rep2.json")
+            && e.contains("cost_model_factors.prefill_pair_secs"),
+        "{e}"
+    );
+}

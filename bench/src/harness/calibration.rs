@@ -3,7 +3,7 @@
 //! setup (its flags and tokenizer), measured once per harness process; every run of that setup
 //! reuses the fit, so all of a sweep's cost_model runs price with the same coefficients.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -108,6 +108,28 @@ pub fn scaled(p: CostModelParams, scale: f64) -> CostModelParams {
     }
 }
 
+/// `p` with the coefficients `factors` names (by their config keys, as
+/// [`super::spec::COST_MODEL_COEFFICIENTS`]) multiplied by their factors; a name that is not a
+/// coefficient is refused with its name.
+pub fn with_factors(
+    mut p: CostModelParams,
+    factors: &BTreeMap<String, f64>,
+) -> Result<CostModelParams, String> {
+    for (name, factor) in factors {
+        let coefficient = match name.as_str() {
+            "prefill_token_secs" => &mut p.prefill_token_secs,
+            "prefill_pair_secs" => &mut p.prefill_pair_secs,
+            "prefill_fixed_secs" => &mut p.prefill_fixed_secs,
+            "decode_interference_secs" => &mut p.decode_interference_secs,
+            "cpu_load_token_secs" => &mut p.cpu_load_token_secs,
+            "storage_load_token_secs" => &mut p.storage_load_token_secs,
+            other => return Err(format!("{other} is not a cost_model coefficient")),
+        };
+        *coefficient *= factor;
+    }
+    Ok(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +152,41 @@ mod tests {
     fn a_fragment_without_the_section_is_an_error() {
         assert!(fragment_cost_model("models: []\n").is_err());
         assert!(fragment_cost_model("routing: {cost_model: {prefill_token_secs: x}}").is_err());
+    }
+
+    #[test]
+    fn a_factor_changes_its_coefficient_only_and_every_config_key_has_one() {
+        let p = CostModelParams::default();
+        let keys: Vec<String> = serde_json::to_value(p)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut listed: Vec<String> = super::super::spec::COST_MODEL_COEFFICIENTS
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        listed.sort();
+        let mut keys_sorted = keys.clone();
+        keys_sorted.sort();
+        assert_eq!(listed, keys_sorted, "the list is the config's coefficients");
+        for key in &keys {
+            let factors: BTreeMap<String, f64> = [(key.clone(), 2.0)].into_iter().collect();
+            let q = serde_json::to_value(with_factors(p, &factors).unwrap()).unwrap();
+            let before = serde_json::to_value(p).unwrap();
+            for other in &keys {
+                let (a, b) = (before[other].as_f64().unwrap(), q[other].as_f64().unwrap());
+                if other == key {
+                    assert_eq!(b, a * 2.0, "{key} doubled");
+                } else {
+                    assert_eq!(b, a, "{other} untouched by a factor on {key}");
+                }
+            }
+        }
+        let bad: BTreeMap<String, f64> = [("kappa".to_string(), 2.0)].into_iter().collect();
+        assert!(with_factors(p, &bad).unwrap_err().contains("kappa"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use inferrail_config::CostModelParams;
 
-use super::calibration::{scaled, Calibrations};
+use super::calibration::{scaled, with_factors, Calibrations};
 use super::fleet::{binary, Counters, Fleet, FleetConfig, MODEL};
 use super::peers::{self, Peer, PeerPaths};
 use super::spec::{spec_hash, RunSpec};
@@ -220,14 +220,17 @@ fn line(r: &RunResult) -> String {
 
 /// The cost model a run's gateway gets: calibrated against its simulators' setup (time scale
 /// included) when the spec says so, else the config defaults times the time scale (so a scaled
-/// fleet is priced as its engines run), then times `cost_model_scale`; `None` for the plain
-/// defaults of an unscaled run and for a peer (no gateway).
+/// fleet is priced as its engines run), then times `cost_model_scale`, then each coefficient
+/// times its `cost_model_factors` entry; `None` for the plain defaults of an unscaled run and
+/// for a peer (no gateway).
 fn gateway_cost_model(
     spec: &RunSpec,
     opts: &ExecOptions,
 ) -> Result<Option<CostModelParams>, HarnessError> {
-    let untouched =
-        !(spec.calibrate || spec.cost_model_scale.is_some() || spec.time_scale.is_some());
+    let untouched = !(spec.calibrate
+        || spec.cost_model_scale.is_some()
+        || spec.cost_model_factors.is_some()
+        || spec.time_scale.is_some());
     if Peer::parse(&spec.policy).is_some() || untouched {
         return Ok(None);
     }
@@ -241,7 +244,13 @@ fn gateway_cost_model(
     } else {
         scaled(CostModelParams::default(), spec.scale())
     };
-    Ok(Some(scaled(base, spec.cost_model_scale.unwrap_or(1.0))))
+    let uniform = scaled(base, spec.cost_model_scale.unwrap_or(1.0));
+    match &spec.cost_model_factors {
+        None => Ok(Some(uniform)),
+        Some(factors) => with_factors(uniform, factors)
+            .map(Some)
+            .map_err(HarnessError::Spec),
+    }
 }
 
 /// Runs one spec on a fresh fleet and writes its result file.

@@ -54,6 +54,11 @@ pub struct RunSpec {
     /// (the sensitivity runs: 0.5, 2); absent means 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_model_scale: Option<f64>,
+    /// Factors on single cost-model coefficients, by their config name
+    /// (`prefill_token_secs = 0.5`), applied after `cost_model_scale`: the per-coefficient
+    /// sensitivity runs. Absent when none (or every factor is 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model_factors: Option<BTreeMap<String, f64>>,
     /// The tokenizer of the simulators and the gateway (`inferrail-sim --tokenizer`, the
     /// model's `tokenizer:`); absent means `builtin:sim`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +166,9 @@ pub struct Settings {
     pub calibrate: Option<bool>,
     /// Scale of the gateway's cost model ([`RunSpec::cost_model_scale`]).
     pub cost_model_scale: Option<f64>,
+    /// Factors on single coefficients ([`RunSpec::cost_model_factors`]); a point's table
+    /// replaces the sweep's.
+    pub cost_model_factors: Option<BTreeMap<String, f64>>,
     /// Tokenizer of simulators and gateway ([`RunSpec::tokenizer`]).
     pub tokenizer: Option<String>,
     /// The gateway's bounded-load floor ([`RunSpec::bounded_load_floor`]).
@@ -185,6 +193,10 @@ impl Settings {
             sim_args: over.sim_args.clone().or_else(|| self.sim_args.clone()),
             calibrate: over.calibrate.or(self.calibrate),
             cost_model_scale: over.cost_model_scale.or(self.cost_model_scale),
+            cost_model_factors: over
+                .cost_model_factors
+                .clone()
+                .or_else(|| self.cost_model_factors.clone()),
             tokenizer: over.tokenizer.clone().or_else(|| self.tokenizer.clone()),
             bounded_load_floor: over.bounded_load_floor.or(self.bounded_load_floor),
             time_scale: over.time_scale.or(self.time_scale),
@@ -258,6 +270,16 @@ pub fn parse_sweep(text: &str, origin: &Path) -> Result<SweepFile, HarnessError>
     })
 }
 
+/// The `routing.cost_model` coefficients `cost_model_factors` may name (the config's keys).
+pub const COST_MODEL_COEFFICIENTS: [&str; 6] = [
+    "prefill_token_secs",
+    "prefill_pair_secs",
+    "prefill_fixed_secs",
+    "decode_interference_secs",
+    "cpu_load_token_secs",
+    "storage_load_token_secs",
+];
+
 /// Defaults a spec starts from (those of `inferrail-bench run`, three replicas).
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Default warmup.
@@ -325,6 +347,27 @@ pub fn build_spec(
         if scale != 1.0 && policy != "cost_model" {
             return Err(bad(format!(
                 "cost_model_scale scales cost_model's prices; {policy} does not use them \
+                 (give the point its own `policies = [\"cost_model\"]`)"
+            )));
+        }
+    }
+    if let Some(factors) = &settings.cost_model_factors {
+        for (name, factor) in factors {
+            if !COST_MODEL_COEFFICIENTS.contains(&name.as_str()) {
+                return Err(bad(format!(
+                    "cost_model_factors.{name}: not a cost_model coefficient (one of {})",
+                    COST_MODEL_COEFFICIENTS.join(", ")
+                )));
+            }
+            if !(factor.is_finite() && *factor > 0.0) {
+                return Err(bad(format!(
+                    "cost_model_factors.{name} {factor} must be a positive number"
+                )));
+            }
+        }
+        if factors.values().any(|f| *f != 1.0) && policy != "cost_model" {
+            return Err(bad(format!(
+                "cost_model_factors change cost_model's prices; {policy} does not use them \
                  (give the point its own `policies = [\"cost_model\"]`)"
             )));
         }
@@ -407,6 +450,16 @@ pub fn build_spec(
         sim_args,
         calibrate: settings.calibrate.unwrap_or(false),
         cost_model_scale: settings.cost_model_scale.filter(|s| *s != 1.0),
+        cost_model_factors: settings
+            .cost_model_factors
+            .as_ref()
+            .map(|f| {
+                f.iter()
+                    .filter(|(_, v)| **v != 1.0)
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect::<BTreeMap<String, f64>>()
+            })
+            .filter(|f| !f.is_empty()),
         tokenizer: settings.tokenizer.clone().filter(|t| t != "builtin:sim"),
         bounded_load_floor: settings.bounded_load_floor,
         time_scale: settings.time_scale.filter(|s| *s != 1.0),

@@ -32,6 +32,9 @@ pub struct Spec {
     /// The factor on every cost_model coefficient of a sensitivity run (absent: 1).
     #[serde(default)]
     pub cost_model_scale: Option<f64>,
+    /// Factors on single coefficients of a per-coefficient sensitivity run, by config key.
+    #[serde(default)]
+    pub cost_model_factors: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 impl Spec {
@@ -188,8 +191,9 @@ pub struct Loaded {
 /// Parses one result file's text; `path` only names it in the error. A time-scaled run is
 /// returned in model time: its rate and goodput times the scale, its latencies divided by it,
 /// so scaled and unscaled runs read alike. A sensitivity run (a `cost_model_scale` other than
-/// one) is returned under its own policy name, `cost_model x0.5`, so it is never folded with
-/// the unscaled runs as a repetition.
+/// one, or `cost_model_factors`) is returned under its own policy name, `cost_model x0.5` or
+/// `cost_model prefill_token_secs x2`, so it is never folded with the unscaled runs as a
+/// repetition.
 pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
     let bad = |reason: String| ReportError::Parse {
         path: path.to_path_buf(),
@@ -214,6 +218,16 @@ pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
         }
         Some(k) if k != 1.0 => file.spec.policy = format!("{} x{k}", file.spec.policy),
         _ => {}
+    }
+    for (name, k) in file.spec.cost_model_factors.iter().flatten() {
+        if !(k.is_finite() && *k > 0.0) {
+            return Err(bad(format!(
+                "cost_model_factors.{name} {k} is not a positive number"
+            )));
+        }
+        if *k != 1.0 {
+            file.spec.policy = format!("{} {name} x{k}", file.spec.policy);
+        }
     }
     Ok(file)
 }
