@@ -91,7 +91,9 @@ const ROUTING_KEYS: &[&str] = &[
     "hot_prefix",
     "short_prompt_tokens",
 ];
-const COST_MODEL_KEYS: &[&str] = &[
+/// The keys of a `cost_model` section (`routing.cost_model` or a model's): its coefficients,
+/// each a number of seconds per unit; the decoder refuses any other key.
+pub const COST_MODEL_KEYS: &[&str] = &[
     "prefill_token_secs",
     "prefill_pair_secs",
     "prefill_fixed_secs",

@@ -35,6 +35,7 @@ mod walk;
 
 use std::path::Path;
 
+pub use decode::COST_MODEL_KEYS;
 pub use document::{document_of_yaml, parse_document};
 pub use error::{ConfigError, Problem, Problems};
 pub use live::RoutingReach;

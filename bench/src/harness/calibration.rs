@@ -108,26 +108,25 @@ pub fn scaled(p: CostModelParams, scale: f64) -> CostModelParams {
     }
 }
 
-/// `p` with the coefficients `factors` names (by their config keys, as
-/// [`super::spec::COST_MODEL_COEFFICIENTS`]) multiplied by their factors; a name that is not a
+/// `p` with the coefficients `factors` names (by their config keys,
+/// [`inferrail_config::COST_MODEL_KEYS`]) multiplied by their factors; a name that is not a
 /// coefficient is refused with its name.
 pub fn with_factors(
-    mut p: CostModelParams,
+    p: CostModelParams,
     factors: &BTreeMap<String, f64>,
 ) -> Result<CostModelParams, String> {
+    let mut fields = match serde_json::to_value(p) {
+        Ok(serde_json::Value::Object(fields)) => fields,
+        _ => return Err("cost_model parameters are not a map of coefficients".into()),
+    };
     for (name, factor) in factors {
-        let coefficient = match name.as_str() {
-            "prefill_token_secs" => &mut p.prefill_token_secs,
-            "prefill_pair_secs" => &mut p.prefill_pair_secs,
-            "prefill_fixed_secs" => &mut p.prefill_fixed_secs,
-            "decode_interference_secs" => &mut p.decode_interference_secs,
-            "cpu_load_token_secs" => &mut p.cpu_load_token_secs,
-            "storage_load_token_secs" => &mut p.storage_load_token_secs,
-            other => return Err(format!("{other} is not a cost_model coefficient")),
-        };
-        *coefficient *= factor;
+        let coefficient = fields
+            .get_mut(name)
+            .and_then(|v| v.as_f64())
+            .ok_or_else(|| format!("{name} is not a cost_model coefficient"))?;
+        fields.insert(name.clone(), serde_json::Value::from(coefficient * factor));
     }
-    Ok(p)
+    serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -164,7 +163,7 @@ mod tests {
             .keys()
             .cloned()
             .collect();
-        let mut listed: Vec<String> = super::super::spec::COST_MODEL_COEFFICIENTS
+        let mut listed: Vec<String> = inferrail_config::COST_MODEL_KEYS
             .iter()
             .map(|k| k.to_string())
             .collect();

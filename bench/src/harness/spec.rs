@@ -270,16 +270,6 @@ pub fn parse_sweep(text: &str, origin: &Path) -> Result<SweepFile, HarnessError>
     })
 }
 
-/// The `routing.cost_model` coefficients `cost_model_factors` may name (the config's keys).
-pub const COST_MODEL_COEFFICIENTS: [&str; 6] = [
-    "prefill_token_secs",
-    "prefill_pair_secs",
-    "prefill_fixed_secs",
-    "decode_interference_secs",
-    "cpu_load_token_secs",
-    "storage_load_token_secs",
-];
-
 /// Defaults a spec starts from (those of `inferrail-bench run`, three replicas).
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Default warmup.
@@ -353,10 +343,10 @@ pub fn build_spec(
     }
     if let Some(factors) = &settings.cost_model_factors {
         for (name, factor) in factors {
-            if !COST_MODEL_COEFFICIENTS.contains(&name.as_str()) {
+            if !inferrail_config::COST_MODEL_KEYS.contains(&name.as_str()) {
                 return Err(bad(format!(
                     "cost_model_factors.{name}: not a cost_model coefficient (one of {})",
-                    COST_MODEL_COEFFICIENTS.join(", ")
+                    inferrail_config::COST_MODEL_KEYS.join(", ")
                 )));
             }
             if !(factor.is_finite() && *factor > 0.0) {
