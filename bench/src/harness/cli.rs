@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use super::compare::{compare, parse_compare_args, summary_table, COMPARE_USAGE};
 use super::exec::{Outcome, RunResult};
 use super::knee::{knee, parse_knee_args, KNEE_USAGE};
-use super::signals::stop_fleets_on_signal;
+use super::signals::{stop_fleets_on_signal, unless_stopping};
 use super::sweep::{parse_sweep_args, sweep, SWEEP_USAGE};
 use super::HarnessError;
 use crate::args::ArgsError;
@@ -22,7 +22,7 @@ pub fn compare_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.specs.len(),
         parsed.out_dir.display()
     );
-    finish("compare", compare(&parsed, true))
+    unless_stopping(finish("compare", compare(&parsed, true)))
 }
 
 /// `inferrail-bench sweep FILE.toml ...`.
@@ -38,7 +38,7 @@ pub fn sweep_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.out_dir.display(),
         parsed.jobs
     );
-    finish("sweep", sweep(&parsed, true))
+    unless_stopping(finish("sweep", sweep(&parsed, true)))
 }
 
 /// `inferrail-bench knee [SPEC.toml] --workload W --front F ...`: prints the summary table and
@@ -55,7 +55,7 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.fronts.join(", "),
         parsed.out_dir.display()
     );
-    match knee(&parsed, true) {
+    let code = match knee(&parsed, true) {
         Ok(summary) => {
             print!("{}", summary.markdown());
             println!(
@@ -68,7 +68,8 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
             eprintln!("inferrail-bench knee: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    unless_stopping(code)
 }
 
 /// Fleets stop with the harness: without the watcher a `kill` would leave them running.

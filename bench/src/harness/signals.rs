@@ -2,8 +2,15 @@
 //! processes: a `kill` of `sweep`, `knee` or `compare` would otherwise leave them running
 //! (SIGINT from a terminal reaches them through the process group; SIGTERM does not).
 
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
+
+/// Set by the signal thread before it kills the fleet: from then on the command's own errors
+/// (a run whose simulators just died) are consequences of the stop, not its outcome.
+static STOPPING: AtomicBool = AtomicBool::new(false);
 
 /// Starts the thread that, on the first SIGTERM, SIGINT or SIGHUP, kills and reaps every
 /// fleet process ([`super::fleet::kill_every_child`]) and exits with 128 + the signal's
@@ -14,6 +21,7 @@ pub fn stop_fleets_on_signal() -> std::io::Result<()> {
         .name("harness-signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
+                STOPPING.store(true, Ordering::SeqCst);
                 let stopped = super::fleet::kill_every_child();
                 eprintln!(
                     "[harness] signal {signal}: stopped {stopped} fleet processes; exiting \
@@ -23,4 +31,16 @@ pub fn stop_fleets_on_signal() -> std::io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// The command's exit code, unless a signal is stopping the harness: then the calling thread
+/// waits for the signal thread, which reaps the fleet and exits with 128 + the signal's number
+/// (returning first would exit with the failure the stop caused, before the fleet is reaped).
+pub fn unless_stopping(code: ExitCode) -> ExitCode {
+    if STOPPING.load(Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    code
 }
