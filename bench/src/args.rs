@@ -273,6 +273,16 @@ fn parse_count(flag: &str, v: &str) -> Result<usize, ArgsError> {
     v.parse().map_err(|_| invalid(flag, "not a count"))
 }
 
+/// `Ok` when `value` is a finite number above zero; else "`what` VALUE must be a positive
+/// number", the one wording the spec and result checks share.
+pub(crate) fn positive(what: &str, value: f64) -> Result<(), String> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{what} {value} must be a positive number"))
+    }
+}
+
 /// Parses `10s`, `250ms`, `1.5s`, `2m`, `100us`; a bare number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::peers::Peer;
 use super::HarnessError;
-use crate::args::parse_duration;
+use crate::args::{parse_duration, positive};
 use crate::workload::Workload;
 
 /// One run: a workload at a rate under one policy, one repetition, on a fresh fleet.
@@ -298,9 +298,7 @@ pub fn build_spec(
             "unknown workload {workload:?} (one of w1 w2 w3 w4 w5 w6 w8 mix hot)"
         ))
     })?;
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(bad(format!("rate {rate} must be a positive number")));
-    }
+    positive("rate", rate).map_err(bad)?;
     match Peer::parse(policy) {
         Some(Err(why)) => return Err(bad(why)),
         Some(Ok(_)) => {}
@@ -328,17 +326,17 @@ pub fn build_spec(
     if replicas == 0 {
         return Err(bad("replicas must be at least 1".into()));
     }
+    // Scale and factors change cost_model's prices: on another policy they would do nothing.
+    let cost_model_only = |setting: &str| {
+        bad(format!(
+            "{setting} cost_model's prices; {policy} does not use them \
+             (give the point its own `policies = [\"cost_model\"]`)"
+        ))
+    };
     if let Some(scale) = settings.cost_model_scale {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(bad(format!(
-                "cost_model_scale {scale} must be a positive number"
-            )));
-        }
+        positive("cost_model_scale", scale).map_err(bad)?;
         if scale != 1.0 && policy != "cost_model" {
-            return Err(bad(format!(
-                "cost_model_scale scales cost_model's prices; {policy} does not use them \
-                 (give the point its own `policies = [\"cost_model\"]`)"
-            )));
+            return Err(cost_model_only("cost_model_scale scales"));
         }
     }
     if let Some(factors) = &settings.cost_model_factors {
@@ -349,17 +347,10 @@ pub fn build_spec(
                     inferrail_config::COST_MODEL_KEYS.join(", ")
                 )));
             }
-            if !(factor.is_finite() && *factor > 0.0) {
-                return Err(bad(format!(
-                    "cost_model_factors.{name} {factor} must be a positive number"
-                )));
-            }
+            positive(&format!("cost_model_factors.{name}"), *factor).map_err(bad)?;
         }
         if factors.values().any(|f| *f != 1.0) && policy != "cost_model" {
-            return Err(bad(format!(
-                "cost_model_factors change cost_model's prices; {policy} does not use them \
-                 (give the point its own `policies = [\"cost_model\"]`)"
-            )));
+            return Err(cost_model_only("cost_model_factors change"));
         }
     }
     if let Some(floor) = settings.bounded_load_floor {
@@ -377,9 +368,7 @@ pub fn build_spec(
         }
     }
     if let Some(scale) = settings.time_scale {
-        if !(scale.is_finite() && scale > 0.0) {
-            return Err(bad(format!("time_scale {scale} must be a positive number")));
-        }
+        positive("time_scale", scale).map_err(bad)?;
     }
     let routing = settings.routing.clone().unwrap_or_default();
     if !routing.is_empty() {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::ReportError;
+use crate::args::positive;
 
 /// What was run: the point of the sweep one file measures.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -204,27 +205,18 @@ pub fn parse(path: &Path, text: &str) -> Result<ResultFile, ReportError> {
         return Err(bad(format!("spec.rate {} is not a load", file.spec.rate)));
     }
     let scale = file.spec.scale();
-    if !(scale.is_finite() && scale > 0.0) {
-        return Err(bad(format!("time scale {scale} is not a positive number")));
-    }
+    positive("time scale", scale).map_err(bad)?;
     if scale != 1.0 {
         to_model_time(&mut file, scale);
     }
-    match file.spec.cost_model_scale {
-        Some(k) if !(k.is_finite() && k > 0.0) => {
-            return Err(bad(format!(
-                "cost_model_scale {k} is not a positive number"
-            )));
+    if let Some(k) = file.spec.cost_model_scale {
+        positive("cost_model_scale", k).map_err(bad)?;
+        if k != 1.0 {
+            file.spec.policy = format!("{} x{k}", file.spec.policy);
         }
-        Some(k) if k != 1.0 => file.spec.policy = format!("{} x{k}", file.spec.policy),
-        _ => {}
     }
     for (name, k) in file.spec.cost_model_factors.iter().flatten() {
-        if !(k.is_finite() && *k > 0.0) {
-            return Err(bad(format!(
-                "cost_model_factors.{name} {k} is not a positive number"
-            )));
-        }
+        positive(&format!("cost_model_factors.{name}"), *k).map_err(bad)?;
         if *k != 1.0 {
             file.spec.policy = format!("{} {name} x{k}", file.spec.policy);
         }
