@@ -6,7 +6,7 @@
 //! fixed array of atomic counters: an add increments one counter per row, an estimate takes the
 //! smallest of the key's counters, so it never undercounts (other keys can only add to a counter).
 //!
-//! Decay: the window is cut into [`BUCKETS`] sub-windows, each with its own counters. Every
+//! Decay: the window is cut into `BUCKETS` (4) sub-windows, each with its own counters. Every
 //! counter carries the number of the sub-window it counts (a 16-bit tag in its high bits, the
 //! amount in the low 48): an add to a counter still tagged with an older sub-window replaces it
 //! (tag and amount in one compare-and-swap), so buckets reset themselves lazily, counter by
@@ -60,7 +60,7 @@ fn tag(epoch: u64) -> u64 {
 }
 
 impl DemandSketch {
-    /// A sketch over a window of `window_micros` (at least [`BUCKETS`] µs) with `columns`
+    /// A sketch over a window of `window_micros` (at least `BUCKETS`, 4, µs) with `columns`
     /// counters per row (at least 1).
     pub fn new(window_micros: u64, columns: usize) -> DemandSketch {
         let columns = columns.max(1);
