@@ -60,7 +60,7 @@ fn tag(epoch: u64) -> u64 {
 }
 
 impl DemandSketch {
-    /// A sketch over a window of `window_micros` (at least `BUCKETS`, 4, µs) with `columns`
+    /// A sketch over a window of `window_micros` (at least 4 µs, one per sub-window) with `columns`
     /// counters per row (at least 1).
     pub fn new(window_micros: u64, columns: usize) -> DemandSketch {
         let columns = columns.max(1);

@@ -22,7 +22,7 @@ pub fn compare_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.specs.len(),
         parsed.out_dir.display()
     );
-    unless_stopping(finish("compare", compare(&parsed, true)))
+    finish("compare", unless_stopping(compare(&parsed, true)))
 }
 
 /// `inferrail-bench sweep FILE.toml ...`.
@@ -38,7 +38,7 @@ pub fn sweep_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.out_dir.display(),
         parsed.jobs
     );
-    unless_stopping(finish("sweep", sweep(&parsed, true)))
+    finish("sweep", unless_stopping(sweep(&parsed, true)))
 }
 
 /// `inferrail-bench knee [SPEC.toml] --workload W --front F ...`: prints the summary table and
@@ -55,7 +55,7 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
         parsed.fronts.join(", "),
         parsed.out_dir.display()
     );
-    let code = match knee(&parsed, true) {
+    match unless_stopping(knee(&parsed, true)) {
         Ok(summary) => {
             print!("{}", summary.markdown());
             println!(
@@ -68,8 +68,7 @@ pub fn knee_main(args: impl Iterator<Item = String>) -> ExitCode {
             eprintln!("inferrail-bench knee: {e}");
             ExitCode::FAILURE
         }
-    };
-    unless_stopping(code)
+    }
 }
 
 /// Fleets stop with the harness: without the watcher a `kill` would leave them running.

@@ -2,7 +2,6 @@
 //! processes: a `kill` of `sweep`, `knee` or `compare` would otherwise leave them running
 //! (SIGINT from a terminal reaches them through the process group; SIGTERM does not).
 
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -33,14 +32,15 @@ pub fn stop_fleets_on_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The command's exit code, unless a signal is stopping the harness: then the calling thread
-/// waits for the signal thread, which reaps the fleet and exits with 128 + the signal's number
-/// (returning first would exit with the failure the stop caused, before the fleet is reaped).
-pub fn unless_stopping(code: ExitCode) -> ExitCode {
+/// The command's outcome, unless a signal is stopping the harness: then the calling thread
+/// waits for the signal thread, which reaps the fleet and exits with 128 + the signal's number.
+/// Returning first would report (and exit with) the failure the stop caused, before the fleet
+/// is reaped.
+pub fn unless_stopping<T>(outcome: T) -> T {
     if STOPPING.load(Ordering::SeqCst) {
         loop {
             std::thread::park();
         }
     }
-    code
+    outcome
 }
