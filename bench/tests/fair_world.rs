@@ -51,7 +51,7 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
         cost_model: Some(cost),
         bounded_load_floor: Some(3),
         routing: [
-            ("kappa".to_string(), serde_json::json!(1.0)),
+            ("kappa".to_string(), serde_json::json!(0.95)),
             ("session_affinity".to_string(), serde_json::json!(true)),
         ]
         .into_iter()
@@ -65,7 +65,7 @@ fn the_gateway_yaml_carries_the_cost_model_and_tokenizer_the_config_loader_reads
     let config = inferrail_config::parse_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     assert_eq!(config.routing.cost_model, cost);
     assert_eq!(config.routing.bounded_load_floor, 3);
-    assert_eq!(config.routing.kappa, 1.0);
+    assert_eq!(config.routing.kappa, 0.95);
     assert!(config.routing.session_affinity);
     let model = config.models.iter().find(|m| m.name == MODEL).unwrap();
     assert_eq!(model.tokenizer.as_deref(), Some("/some dir/with: colon"));

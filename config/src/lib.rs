@@ -202,7 +202,7 @@ mod tests {
         assert!(routing.shadow.is_empty());
         assert_eq!(routing.epsilon, 1.0);
         assert_eq!(routing.bounded_load_floor, 8);
-        assert_eq!(routing.kappa, 0.92);
+        assert_eq!(routing.kappa, 1.0);
         assert!(!routing.session_affinity);
         assert_eq!(routing.seed, None);
         assert_eq!(routing.cost_model.prefill_token_secs, 0.0001);

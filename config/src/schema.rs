@@ -300,7 +300,8 @@ pub struct Routing {
     /// hold at most this many requests, whatever the bound says (at low absolute load the bound
     /// binds on nothing overloaded). Default 8, >= 1; 1 is the plain bound.
     pub bounded_load_floor: u64,
-    /// KV pressure threshold, as a fraction of capacity. Default 0.92, in (0, 1].
+    /// KV pressure threshold, as a fraction of capacity, in (0, 1]. Default 1.0, which never sets
+    /// a replica aside (an engine reports at most 1); ADR 026 says why the guard is off by default.
     pub kappa: f64,
     /// Keep a session on the replica that served it. Default false.
     pub session_affinity: bool,
@@ -371,7 +372,7 @@ impl Default for Routing {
             shadow: Vec::new(),
             epsilon: 1.0,
             bounded_load_floor: 8,
-            kappa: 0.92,
+            kappa: 1.0,
             session_affinity: false,
             seed: None,
             cost_model: CostModelParams::default(),

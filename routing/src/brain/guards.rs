@@ -8,9 +8,10 @@
 //!   the way at low absolute load, where the bound binds on replicas nothing overloads (3
 //!   replicas, 2 requests in flight: the bound is 2) and would push a warm prefix to a cold
 //!   replica; the cost model already prices queueing there (ADR 014, amended).
-//! - KV pressure: no candidate whose engine reports more than `kappa` of its KV cache used, for a
-//!   prompt with more than `short_prompt_tokens` to compute there, unless every candidate the
-//!   bounded-load guard left would be set aside (then this guard stands down).
+//! - KV pressure (off at the default `kappa` of 1, ADR 026): no candidate whose engine reports
+//!   more than `kappa` of its KV cache used, for a prompt with more than `short_prompt_tokens`
+//!   to compute there, unless every candidate the bounded-load guard left would be set aside
+//!   (then this guard stands down).
 
 use crate::candidate::Candidate;
 use crate::decision::{Guard, Row};

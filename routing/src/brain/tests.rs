@@ -155,7 +155,10 @@ fn offloaded_tokens_are_priced_by_their_load_time() {
 
 #[test]
 fn kv_pressure_sets_long_prompts_aside_unless_every_replica_is_full() {
-    let params = BrainParams::default();
+    let params = BrainParams {
+        kappa: 0.92,
+        ..BrainParams::default()
+    };
     let h = hashes(62, 2);
     let prompt = PromptView {
         tokens: 1000,
