@@ -1,42 +1,55 @@
 #!/usr/bin/env python3
-"""Per tuning point: cost_model's p99 TTFT (model time) with the default kappa (0.92) against
-kappa = 1.0, each with a seeded 95% bootstrap interval, from the result files in runs/."""
-import json, os, random, re, sys
+"""Per tuning point: cost_model's p99 TTFT (model time) with the default kappa (0.92, runs/base)
+against kappa = 1.0 (runs/kappa1), each with a seeded 95% percentile bootstrap interval.
+
+`inferrail-bench report` computes the same interval (one run per point: resample its requests,
+take the exact nearest-rank p99, 2000 resamples) and its reports are here too
+(base-report.md, kappa1-report.md); this script exists because the report groups runs by
+(workload, rate, policy), so it cannot put the two variants side by side, and it prints two
+decimals, too few to read the w5 difference."""
+import json, math, os, random, re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESAMPLES = 2000
 
-def p99(xs):
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(0.99 * len(s)))]
 
-def interval(xs, seed, n=1000):
+def p99(sorted_xs):
+    """Exact nearest rank, as the report's."""
+    return sorted_xs[max(1, math.ceil(0.99 * len(sorted_xs))) - 1]
+
+
+def interval(xs, seed):
     rng = random.Random(seed)
-    vals = sorted(p99([rng.choice(xs) for _ in xs]) for _ in range(n))
-    return vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
+    vals = sorted(p99(sorted(rng.choice(xs) for _ in xs)) for _ in range(RESAMPLES))
+    tail = round(0.025 * RESAMPLES)
+    return vals[tail], vals[RESAMPLES - 1 - tail]
+
 
 def load(path):
     d = json.load(open(path))
-    r = d["report"]
-    scale = d["spec"].get("time_scale", 1.0) if isinstance(d.get("spec"), dict) else 1.0
-    return [x / 1e6 / scale for x in r["samples"]["ttft_us"]], r["sent"], scale
+    scale = d["spec"].get("time_scale", 1.0)  # absent when 1
+    return sorted(x / 1e6 / scale for x in d["report"]["samples"]["ttft_us"]), d["report"]["sent"]
+
 
 rows = {}
-for f in sorted(os.listdir(os.path.join(HERE, "runs"))):
-    m = re.match(r"(base|kappa1)-(\w+)-r([\d.]+)-(.+)-rep1\.json", f)
-    if m:
-        rows.setdefault((m[2], float(m[3])), {})[(m[1], m[4])] = load(os.path.join(HERE, "runs", f))
+for variant in ("base", "kappa1"):
+    folder = os.path.join(HERE, "runs", variant)
+    for f in sorted(os.listdir(folder)):
+        m = re.fullmatch(r"\w+-(\w+)-r([\d.]+)-(.+)-rep1\.json", f)
+        if m:
+            rows.setdefault((m[1], float(m[2])), {})[(variant, m[3])] = load(os.path.join(folder, f))
 
 print("| workload | wall req/s | front | sent | p99 TTFT s [95%] | verdict kappa 1.0 vs 0.92 |")
 print("|---|---:|---|---:|---|---|")
 for (w, rate), fronts in sorted(rows.items()):
     cis = {}
     for key in sorted(fronts):
-        xs, sent, _ = fronts[key]
-        lo, hi = interval(xs, seed=int(rate * 100))
-        cis[key] = (lo, hi)
-        label = "cost_model, kappa 1.0" if key[0] == "kappa1" else (key[1] + (", kappa 0.92" if key[1] == "cost_model" else ""))
+        xs, sent = fronts[key]
+        lo, hi = cis[key] = interval(xs, seed=int(rate * 100))
+        variant, front = key
+        label = f"{front}, kappa {'1.0' if variant == 'kappa1' else '0.92'}" if front == "cost_model" else front
         verdict = ""
         if key == ("kappa1", "cost_model") and ("base", "cost_model") in cis:
-            b = cis[("base", "cost_model")]
-            verdict = "lower" if hi < b[0] else ("higher" if lo > b[1] else "tie")
+            b_lo, b_hi = cis[("base", "cost_model")]
+            verdict = "lower" if hi < b_lo else ("higher" if lo > b_hi else "tie")
         print(f"| {w} | {rate:g} | {label} | {sent} | {p99(xs):.3f} [{lo:.3f}–{hi:.3f}] | {verdict} |")
