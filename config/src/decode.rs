@@ -83,6 +83,7 @@ const ROUTING_KEYS: &[&str] = &[
     "epsilon",
     "bounded_load_floor",
     "kappa",
+    "spill_weight",
     "session_affinity",
     "seed",
     "cost_model",
@@ -448,6 +449,9 @@ impl Decoder {
             ),
             kappa: self.or(&f, "kappa", def.kappa, |d, p, v| {
                 d.float(p, v, above_zero_at_most_one)
+            }),
+            spill_weight: self.or(&f, "spill_weight", def.spill_weight, |d, p, v| {
+                d.float(p, v, at_least_zero)
             }),
             session_affinity: self.or(&f, "session_affinity", def.session_affinity, Self::boolean),
             seed: self.optional(&f, "seed", |d, p, v| d.uint(p, v, 0, u64::MAX)),
@@ -994,7 +998,7 @@ observability:
     #[test]
     fn counts_addresses_and_scalars() {
         let config = ok(&minimal_with(
-            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, epsilon: 0.5, bounded_load_floor: 1}\n",
+            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, spill_weight: 0.25, epsilon: 0.5, bounded_load_floor: 1}\n",
         ));
         assert_eq!(config.server.cores, Count::Fixed(6));
         assert_eq!(
@@ -1007,6 +1011,8 @@ observability:
         assert_eq!(config.index.shards, Count::Fixed(2));
         assert_eq!(config.routing.seed, Some(7));
         assert_eq!(config.routing.kappa, 1.0);
+        assert_eq!(config.routing.spill_weight, 0.25);
+        assert_eq!(ok(&minimal_with("")).routing.spill_weight, 0.0);
         assert_eq!(config.routing.epsilon, 0.5);
         assert_eq!(config.routing.bounded_load_floor, 1);
         assert_eq!(
@@ -1019,7 +1025,7 @@ observability:
 
         assert_eq!(
             errs(&minimal_with(
-                "server: {cores: 0, listen: localhost:8080, admin_listen: 9090}\ntokenizer: {workers: four}\nrouting: {session_affinity: yes, epsilon: 0, kappa: 1.5, seed: -1}\nobservability: {trace_sample_ratio: 1.1, otlp_endpoint: localhost:4318}\nhealth: {max_ejection_percent: 101, unhealthy_threshold: 0}\nretry: {max_attempts: 0}\n"
+                "server: {cores: 0, listen: localhost:8080, admin_listen: 9090}\ntokenizer: {workers: four}\nrouting: {session_affinity: yes, epsilon: 0, kappa: 1.5, spill_weight: -0.5, seed: -1}\nobservability: {trace_sample_ratio: 1.1, otlp_endpoint: localhost:4318}\nhealth: {max_ejection_percent: 101, unhealthy_threshold: 0}\nretry: {max_attempts: 0}\n"
             )),
             [
                 "server.listen: expected an IP address and port like 0.0.0.0:8080 or [::]:8080; host names are not resolved (got \"localhost:8080\")",
@@ -1027,6 +1033,7 @@ observability:
                 "server.cores: expected auto or a whole number >= 1 (got 0)",
                 "routing.epsilon: must be greater than 0 (got 0)",
                 "routing.kappa: must be greater than 0 and at most 1 (got 1.5)",
+                "routing.spill_weight: must not be negative (got -0.5)",
                 "routing.session_affinity: expected true or false (got \"yes\")",
                 "routing.seed: must be at least 0 (got -1)",
                 "health.unhealthy_threshold: must be at least 1 (got 0)",

@@ -338,6 +338,7 @@ mod tests {
             "epsilon:",
             "bounded_load_floor:",
             "kappa:",
+            "spill_weight:",
             "session_affinity:",
             "seed:",
             "prefill_token_secs:",

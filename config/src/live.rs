@@ -114,6 +114,7 @@ impl Config {
             epsilon,
             bounded_load_floor,
             kappa,
+            spill_weight,
             session_affinity,
             seed: _,
             cost_model,
@@ -139,6 +140,11 @@ impl Config {
                 Everywhere,
             ),
             ("routing.kappa", *kappa != r.kappa, Everywhere),
+            (
+                "routing.spill_weight",
+                *spill_weight != r.spill_weight,
+                Everywhere,
+            ),
             (
                 "routing.session_affinity",
                 *session_affinity != r.session_affinity,

@@ -303,6 +303,12 @@ pub struct Routing {
     /// KV pressure threshold, as a fraction of capacity, in (0, 1]. Default 1.0, which never sets
     /// a replica aside (an engine reports at most 1); ADR 026 says why the guard is off by default.
     pub kappa: f64,
+    /// Spill weight `s` of cost_model, >= 0: a candidate's prefill also costs `s * L * P`, where
+    /// `L` is the mean number of requests waiting for a first byte per candidate (the requests a
+    /// replica's queue holds when this one joins it, by Little's law also those that will wait
+    /// behind it), so under congestion work saved by a cached prefix counts for the queue behind
+    /// it too. Default 0, which prices only this request's own time to first token.
+    pub spill_weight: f64,
     /// Keep a session on the replica that served it. Default false.
     pub session_affinity: bool,
     /// Seed for random choices; from entropy at start when `None`.
@@ -373,6 +379,7 @@ impl Default for Routing {
             epsilon: 1.0,
             bounded_load_floor: 8,
             kappa: 1.0,
+            spill_weight: 0.0,
             session_affinity: false,
             seed: None,
             cost_model: CostModelParams::default(),

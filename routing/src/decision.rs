@@ -86,6 +86,8 @@ pub enum Term {
     Session,
     /// Only one candidate was left.
     OnlyChoice,
+    /// cost_model: the prefill's cost to the requests queued behind it ([`Row::spill_secs`]).
+    Spill,
     /// Equal on every term: fewer in flight, then chance.
     TieBreak,
     /// A policy without terms (round robin, random).
@@ -100,6 +102,7 @@ impl Term {
             Term::Prefill => "prefill",
             Term::Tier => "tier",
             Term::Evict => "evict",
+            Term::Spill => "spill",
             Term::Cache => "cache",
             Term::Load => "load",
             Term::Hash => "hash",
@@ -134,6 +137,11 @@ pub struct Row {
     pub evict_secs: f64,
     /// Blocks its pool would evict for the prompt (0 without a pool room).
     pub evict_blocks: u32,
+    /// What its prefill costs the requests that will queue behind it: `spill_weight * L *
+    /// estimate.prefill`, with `L` the candidates' mean count of requests waiting for a first
+    /// byte; 0 at the default weight of 0. cost_model adds it to the estimate when it compares
+    /// candidates (like `evict_secs`, it is not the request's own time to first token).
+    pub spill_secs: f64,
     /// The policy's own score (kv_aware's score, prefix_hash's rendezvous weight; 0 otherwise).
     pub score: f64,
 }

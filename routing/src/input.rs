@@ -16,6 +16,8 @@ pub struct BrainParams {
     pub bounded_load_floor: u64,
     /// KV pressure threshold `kappa` (fraction of the KV cache used).
     pub kappa: f64,
+    /// cost_model: spill weight (>= 0; 0 prices only the request's own time to first token).
+    pub spill_weight: f64,
     /// Prompts with at most this many tokens to compute pass the KV-pressure guard.
     pub short_prompt_tokens: u32,
     /// Cost model coefficients.
@@ -47,6 +49,7 @@ impl BrainParams {
             epsilon: routing.epsilon,
             bounded_load_floor: routing.bounded_load_floor.max(1),
             kappa: routing.kappa,
+            spill_weight: routing.spill_weight,
             short_prompt_tokens: routing.short_prompt_tokens,
             cost: *cost,
             cache_weight: routing.kv_aware.cache_weight,

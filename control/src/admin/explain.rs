@@ -173,6 +173,7 @@ fn render(
                         "total_secs": r.estimate.total(),
                         "evict_blocks": r.evict_blocks,
                         "evict_secs": r.evict_secs,
+                        "spill_secs": r.spill_secs,
                     },
                     "score": r.score,
                 }),

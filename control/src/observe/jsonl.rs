@@ -231,6 +231,7 @@ pub(crate) fn inputs_json(i: &ShadowInputs) -> Value {
             "epsilon": p.epsilon,
             "bounded_load_floor": p.bounded_load_floor,
             "kappa": p.kappa,
+            "spill_weight": p.spill_weight,
             "short_prompt_tokens": p.short_prompt_tokens,
             "prefill_token_secs": p.cost.prefill_token_secs,
             "prefill_pair_secs": p.cost.prefill_pair_secs,
@@ -269,6 +270,11 @@ pub(crate) fn inputs_from_json(v: &Value) -> Option<ShadowInputs> {
             Some(x) => x.as_u64().filter(|&n| n >= 1)?,
         },
         kappa: f("kappa")?,
+        // Lines written before the spill weight existed lack it; their routers priced no spill.
+        spill_weight: match p.get("spill_weight") {
+            None => 0.0,
+            Some(x) => x.as_f64().filter(|w| w.is_finite() && *w >= 0.0)?,
+        },
         short_prompt_tokens: n("short_prompt_tokens")?,
         cost: CostModelParams {
             prefill_token_secs: f("prefill_token_secs")?,

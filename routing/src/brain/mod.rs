@@ -119,6 +119,7 @@ pub fn price_into(
             work_secs,
             evict_secs,
             evict_blocks,
+            spill_secs: 0.0,
             score: 0.0,
         }
     }));
@@ -137,8 +138,25 @@ pub fn price_into(
             }
         }
     }
+    let spill = params.spill_weight * mean_waiting(candidates);
+    if spill > 0.0 {
+        for r in rows.iter_mut() {
+            r.spill_secs = spill * r.estimate.prefill;
+        }
+    }
     guards::apply(input, candidates, rows);
     hot
+}
+
+/// The candidates' mean count of requests waiting for a first byte (the gateway's `pending`):
+/// by Little's law, about how many requests will arrive at a replica while one waits there,
+/// so a prefill delays about that many others. 0 without candidates.
+fn mean_waiting(candidates: &[Candidate]) -> f64 {
+    if candidates.is_empty() {
+        return 0.0;
+    }
+    let total: f64 = candidates.iter().map(|c| f64::from(c.pending)).sum();
+    total / candidates.len() as f64
 }
 
 /// The conversation's last replica, when the request names a conversation, affinity is on, and

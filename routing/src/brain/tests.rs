@@ -685,3 +685,62 @@ fn cost_model_prices_the_eviction_a_placement_causes() {
     assert_eq!((d.rows[0].evict_secs, d.rows[1].evict_secs), (0.0, 0.0));
     assert_eq!(d.winner, 0);
 }
+
+/// The spill term: with the default weight 0 a cold replica with a shorter queue wins; with a
+/// weight and requests waiting, the prefill a cached prefix saves also counts for the queue
+/// behind it, so the warm replica wins; with nothing waiting the weight changes nothing.
+#[test]
+fn cost_model_prices_the_queue_behind_a_prefill_when_told_to() {
+    let h = hashes(62, 23);
+    let prompt = PromptView {
+        tokens: 1000,
+        hashes: &h,
+        block_size: 16,
+    };
+    // A: 400 tokens cached, 80 ms queued; B: cold, nothing queued. Four waiting on each.
+    let waiting = |mut c: Candidate| {
+        c.pending = 4;
+        c
+    };
+    let c = [waiting(cand(0, 4, 400, 0.08)), waiting(cand(1, 4, 0, 0.0))];
+    let off = BrainParams::default();
+    let d = run(
+        PolicyKind::CostModel,
+        &input(Some(prompt), &off, fleet()),
+        &c,
+        1,
+    );
+    assert_eq!((d.winner, d.decided_by), (1, Term::Queue), "{d:?}");
+    assert_eq!((d.rows[0].spill_secs, d.rows[1].spill_secs), (0.0, 0.0));
+
+    let on = BrainParams {
+        spill_weight: 0.5,
+        ..BrainParams::default()
+    };
+    let d = run(
+        PolicyKind::CostModel,
+        &input(Some(prompt), &on, fleet()),
+        &c,
+        1,
+    );
+    assert_eq!((d.winner, d.decided_by), (0, Term::Spill), "{d:?}");
+    for r in &d.rows {
+        // 0.5 * 4 waiting * the row's own prefill; the estimate leaves it out.
+        assert!(
+            (r.spill_secs - 2.0 * r.estimate.prefill).abs() < 1e-12,
+            "{d:?}"
+        );
+    }
+    assert!(d.rows[0].estimate.total() > d.rows[1].estimate.total());
+
+    // Nothing waiting anywhere: no spill, and the shorter queue wins again.
+    let idle = [cand(0, 0, 400, 0.08), cand(1, 0, 0, 0.0)];
+    let d = run(
+        PolicyKind::CostModel,
+        &input(Some(prompt), &on, fleet()),
+        &idle,
+        1,
+    );
+    assert_eq!((d.winner, d.decided_by), (1, Term::Queue), "{d:?}");
+    assert_eq!((d.rows[0].spill_secs, d.rows[1].spill_secs), (0.0, 0.0));
+}

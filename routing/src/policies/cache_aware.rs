@@ -60,9 +60,12 @@ fn best_of(
 }
 
 /// `cost_model`: the lowest estimated time to first token, `W + P(u, c) + X`, plus the
-/// eviction the placement causes (`E`, [`Row::evict_secs`]), among the candidates the guards
-/// allow. `E` is 0 wherever the pool has room, so a new prefix goes where it evicts nothing
-/// unless the time saved elsewhere is worth more than the cached blocks it would push out.
+/// eviction the placement causes (`E`, [`Row::evict_secs`]) and the prefill's cost to the
+/// requests behind it (`S`, [`Row::spill_secs`]), among the candidates the guards allow. `E` is
+/// 0 wherever the pool has room, so a new prefix goes where it evicts nothing unless the time
+/// saved elsewhere is worth more than the cached blocks it would push out; `S` is 0 at the
+/// default spill weight, and otherwise grows with the queues, so under congestion a cached
+/// prefix weighs more against a shorter queue.
 #[derive(Debug, Default)]
 pub struct CostModel;
 
@@ -79,7 +82,7 @@ impl RoutingPolicy for CostModel {
         rng: &mut Rng,
     ) -> Pick {
         for r in rows.iter_mut() {
-            r.score = r.estimate.total() + r.evict_secs;
+            r.score = r.estimate.total() + r.evict_secs + r.spill_secs;
         }
         let (winner, runner_up) = best_of(candidates, rows, rng, |a, b| a.score < b.score);
         let w = rows[winner];
@@ -93,6 +96,7 @@ impl RoutingPolicy for CostModel {
                     (o.prefill - w.estimate.prefill, Term::Prefill),
                     (o.tier - w.estimate.tier, Term::Tier),
                     (rows[r].evict_secs - w.evict_secs, Term::Evict),
+                    (rows[r].spill_secs - w.spill_secs, Term::Spill),
                 ];
                 gains
                     .iter()
