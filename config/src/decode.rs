@@ -998,7 +998,7 @@ observability:
     #[test]
     fn counts_addresses_and_scalars() {
         let config = ok(&minimal_with(
-            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, spill_weight: 0.25, epsilon: 0.5, bounded_load_floor: 1}\n",
+            "server: {cores: 6, listen: \"[::]:8000\", admin_listen: 127.0.0.1:9999, pool_max_idle: 0}\ntokenizer: {workers: auto, cache_tokens: 0}\nindex: {shards: 2}\nrouting: {seed: 7, session_affinity: true, kappa: 1, spill_weight: 0.5, epsilon: 0.5, bounded_load_floor: 1}\n",
         ));
         assert_eq!(config.server.cores, Count::Fixed(6));
         assert_eq!(
@@ -1011,8 +1011,8 @@ observability:
         assert_eq!(config.index.shards, Count::Fixed(2));
         assert_eq!(config.routing.seed, Some(7));
         assert_eq!(config.routing.kappa, 1.0);
-        assert_eq!(config.routing.spill_weight, 0.25);
-        assert_eq!(ok(&minimal_with("")).routing.spill_weight, 0.0);
+        assert_eq!(config.routing.spill_weight, 0.5);
+        assert_eq!(ok(&minimal_with("")).routing.spill_weight, 0.25);
         assert_eq!(config.routing.epsilon, 0.5);
         assert_eq!(config.routing.bounded_load_floor, 1);
         assert_eq!(

@@ -307,7 +307,8 @@ pub struct Routing {
     /// `L` is the mean number of requests waiting for a first byte per candidate (the requests a
     /// replica's queue holds when this one joins it, by Little's law also those that will wait
     /// behind it), so under congestion work saved by a cached prefix counts for the queue behind
-    /// it too. Default 0, which prices only this request's own time to first token.
+    /// it too. Default 0.25 (chosen in perf/results/spill-tune by a rule fixed before its runs,
+    /// ADR 027); 0 prices only this request's own time to first token.
     pub spill_weight: f64,
     /// Keep a session on the replica that served it. Default false.
     pub session_affinity: bool,
@@ -379,7 +380,7 @@ impl Default for Routing {
             epsilon: 1.0,
             bounded_load_floor: 8,
             kappa: 1.0,
-            spill_weight: 0.0,
+            spill_weight: 0.25,
             session_affinity: false,
             seed: None,
             cost_model: CostModelParams::default(),

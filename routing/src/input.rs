@@ -16,7 +16,8 @@ pub struct BrainParams {
     pub bounded_load_floor: u64,
     /// KV pressure threshold `kappa` (fraction of the KV cache used).
     pub kappa: f64,
-    /// cost_model: spill weight (>= 0; 0 prices only the request's own time to first token).
+    /// cost_model: spill weight (>= 0, default 0.25; 0 prices only the request's own time to
+    /// first token).
     pub spill_weight: f64,
     /// Prompts with at most this many tokens to compute pass the KV-pressure guard.
     pub short_prompt_tokens: u32,

@@ -686,8 +686,8 @@ fn cost_model_prices_the_eviction_a_placement_causes() {
     assert_eq!(d.winner, 0);
 }
 
-/// The spill term: with the default weight 0 a cold replica with a shorter queue wins; with a
-/// weight and requests waiting, the prefill a cached prefix saves also counts for the queue
+/// The spill term: with weight 0 a cold replica with a shorter queue wins; with a weight and
+/// requests waiting, the prefill a cached prefix saves also counts for the queue
 /// behind it, so the warm replica wins; with nothing waiting the weight changes nothing.
 #[test]
 fn cost_model_prices_the_queue_behind_a_prefill_when_told_to() {
@@ -703,7 +703,10 @@ fn cost_model_prices_the_queue_behind_a_prefill_when_told_to() {
         c
     };
     let c = [waiting(cand(0, 4, 400, 0.08)), waiting(cand(1, 4, 0, 0.0))];
-    let off = BrainParams::default();
+    let off = BrainParams {
+        spill_weight: 0.0,
+        ..BrainParams::default()
+    };
     let d = run(
         PolicyKind::CostModel,
         &input(Some(prompt), &off, fleet()),

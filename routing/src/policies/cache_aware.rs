@@ -63,8 +63,8 @@ fn best_of(
 /// eviction the placement causes (`E`, [`Row::evict_secs`]) and the prefill's cost to the
 /// requests behind it (`S`, [`Row::spill_secs`]), among the candidates the guards allow. `E` is
 /// 0 wherever the pool has room, so a new prefix goes where it evicts nothing unless the time
-/// saved elsewhere is worth more than the cached blocks it would push out; `S` is 0 at the
-/// default spill weight, and otherwise grows with the queues, so under congestion a cached
+/// saved elsewhere is worth more than the cached blocks it would push out; `S` is 0 with nothing
+/// waiting (or at spill weight 0) and grows with the queues, so under congestion a cached
 /// prefix weighs more against a shorter queue.
 #[derive(Debug, Default)]
 pub struct CostModel;
