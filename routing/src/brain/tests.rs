@@ -697,35 +697,29 @@ fn cost_model_prices_the_queue_behind_a_prefill_when_told_to() {
         hashes: &h,
         block_size: 16,
     };
+    let at_weight = |spill_weight: f64, c: &[Candidate]| {
+        let params = BrainParams {
+            spill_weight,
+            ..BrainParams::default()
+        };
+        run(
+            PolicyKind::CostModel,
+            &input(Some(prompt), &params, fleet()),
+            c,
+            1,
+        )
+    };
     // A: 400 tokens cached, 80 ms queued; B: cold, nothing queued. Four waiting on each.
     let waiting = |mut c: Candidate| {
         c.pending = 4;
         c
     };
     let c = [waiting(cand(0, 4, 400, 0.08)), waiting(cand(1, 4, 0, 0.0))];
-    let off = BrainParams {
-        spill_weight: 0.0,
-        ..BrainParams::default()
-    };
-    let d = run(
-        PolicyKind::CostModel,
-        &input(Some(prompt), &off, fleet()),
-        &c,
-        1,
-    );
+    let d = at_weight(0.0, &c);
     assert_eq!((d.winner, d.decided_by), (1, Term::Queue), "{d:?}");
     assert_eq!((d.rows[0].spill_secs, d.rows[1].spill_secs), (0.0, 0.0));
 
-    let on = BrainParams {
-        spill_weight: 0.5,
-        ..BrainParams::default()
-    };
-    let d = run(
-        PolicyKind::CostModel,
-        &input(Some(prompt), &on, fleet()),
-        &c,
-        1,
-    );
+    let d = at_weight(0.5, &c);
     assert_eq!((d.winner, d.decided_by), (0, Term::Spill), "{d:?}");
     for r in &d.rows {
         // 0.5 * 4 waiting * the row's own prefill; the estimate leaves it out.
@@ -738,12 +732,7 @@ fn cost_model_prices_the_queue_behind_a_prefill_when_told_to() {
 
     // Nothing waiting anywhere: no spill, and the shorter queue wins again.
     let idle = [cand(0, 0, 400, 0.08), cand(1, 0, 0, 0.0)];
-    let d = run(
-        PolicyKind::CostModel,
-        &input(Some(prompt), &on, fleet()),
-        &idle,
-        1,
-    );
+    let d = at_weight(0.5, &idle);
     assert_eq!((d.winner, d.decided_by), (1, Term::Queue), "{d:?}");
     assert_eq!((d.rows[0].spill_secs, d.rows[1].spill_secs), (0.0, 0.0));
 }
